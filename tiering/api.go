@@ -1,0 +1,123 @@
+package tiering
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// ObjectID identifies an object (a file of a namespace or an NBD export)
+// within one data directory. IDs are never reused.
+type ObjectID uint64
+
+// Tier names as used in status, metrics and xattrs.
+const (
+	TierG2  = "G2"
+	TierG3  = "G3"
+	TierG35 = "G3.5"
+	TierG4  = "G4"
+	// TierHole marks a block that was never written (reads as zeros).
+	TierHole = "hole"
+)
+
+// ObjectInfo describes one object.
+type ObjectInfo struct {
+	ID        ObjectID
+	Namespace string
+	Size      int64 // bytes
+	Gen       uint64
+	BlockSize int // bytes
+	Pinned    bool
+	Dirty     bool // has blocks not yet written back below G2
+	Created   time.Time
+	// Kind is a free-form tag set at creation ("file", "nbd").
+	Kind string
+}
+
+// Blocks returns the number of blocks the object spans.
+func (o ObjectInfo) Blocks() int64 {
+	if o.BlockSize == 0 {
+		return 0
+	}
+	return (o.Size + int64(o.BlockSize) - 1) / int64(o.BlockSize)
+}
+
+// TierUsage is one tier's occupancy as reported by status and metrics.
+type TierUsage struct {
+	Name          string  `json:"name"`
+	UsedBytes     int64   `json:"used_bytes"`
+	CapacityBytes int64   `json:"capacity_bytes"` // 0 = unbounded
+	Blocks        int64   `json:"blocks"`
+	HighWatermark float64 `json:"high_watermark,omitempty"` // fraction of capacity
+	LowWatermark  float64 `json:"low_watermark,omitempty"`
+}
+
+// Errors returned by the Store (test with errors.Is). Tier errors
+// (tier.ErrCorrupt, tier.ErrNoSpace, ...) pass through wrapped.
+var (
+	// ErrNotExist: no such object (never created, deleted, or lost).
+	ErrNotExist = errors.New("object does not exist")
+	// ErrLost: a block of the object is gone from every tier; the object
+	// has been removed.
+	ErrLost = errors.New("object lost: a block is gone from every tier")
+	// ErrInvalid: bad argument (negative offset, bad block size, ...).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Errno maps an error from the Store to the errno a POSIX front end returns:
+// nil → 0, ErrNotExist/ErrLost → ENOENT (ErrLost → EIO when reading),
+// ErrInvalid → EINVAL, tier.ErrNoSpace → ENOSPC, tier.ErrTooLarge → EFBIG,
+// context cancellation → EINTR, anything else (corruption, dead backend) → EIO.
+func Errno(err error) syscall.Errno {
+	var en syscall.Errno
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &en):
+		return en
+	case errors.Is(err, ErrLost):
+		return syscall.EIO
+	case errors.Is(err, ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, ErrInvalid):
+		return syscall.EINVAL
+	case errors.Is(err, tier.ErrNoSpace):
+		return syscall.ENOSPC
+	case errors.Is(err, tier.ErrTooLarge):
+		return syscall.EFBIG
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	default:
+		return syscall.EIO
+	}
+}
+
+// Stats are the store's counters since start. Hits are counted per request
+// (one ReadAt call: a hit when every block it touched was found in some tier
+// or was a hole), per block and per byte, and split by the tier that served
+// the block.
+type Stats struct {
+	ReadRequests     int64            `json:"read_requests"`
+	ReadRequestHits  int64            `json:"read_request_hits"`
+	BlockReads       int64            `json:"block_reads"`
+	BlockHits        map[string]int64 `json:"block_hits"` // by tier name
+	BlockMisses      int64            `json:"block_misses"`
+	ByteReads        int64            `json:"byte_reads"`
+	ByteHits         map[string]int64 `json:"byte_hits"` // by tier name
+	DirtyBytes       int64            `json:"dirty_bytes"`
+	DirtyLimitBytes  int64            `json:"dirty_limit_bytes"`
+	WriterWaits      int64            `json:"writer_waits"` // writes that waited for the dirty bound
+	Evictions        map[string]int64 `json:"evictions"`    // blocks leaving a tier, by tier
+	Demotions        map[string]int64 `json:"demotions"`    // blocks written to a tier by demotion/write-back, by target tier
+	Promotions       int64            `json:"promotions"`   // blocks copied up to G2 on read or prestage
+	AdmissionsDenied int64            `json:"admissions_refused"`
+	Dropped          map[string]int64 `json:"dropped"` // blocks dropped, by reason
+	CRCErrors        int64            `json:"crc_errors"`
+	ObjectsLost      int64            `json:"objects_lost"`
+	Objects          int64            `json:"objects"`
+}

@@ -1,0 +1,180 @@
+package tiering
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// evictLoop keeps G2 under its high watermark: when used bytes cross it,
+// clean unpinned blocks leave G2 in policy order until used bytes are under
+// the low watermark.
+func (s *Store) evictLoop() {
+	defer s.wg.Done()
+	high := int64(s.cfg.G2High * float64(s.cfg.G2Bytes))
+	low := int64(s.cfg.G2Low * float64(s.cfg.G2Bytes))
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ch := s.needEvict.c()
+		if s.g2used.Load() > high {
+			for s.g2used.Load() > low && s.ctx.Err() == nil {
+				s.g2mu.Lock()
+				r, ok := s.policy.Victim()
+				if ok {
+					s.policy.Remove(r)
+				}
+				s.g2mu.Unlock()
+				if !ok {
+					break // everything left is dirty or pinned
+				}
+				s.evictOne(r)
+			}
+			s.space.broadcast()
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// evictOne drops block r's G2 copy if it is still clean and unpinned. A
+// block whose only lower copy is in G4 is first written to G3 when
+// admission predicts reuse (the block is warm: it was read while in G2).
+func (s *Store) evictOne(r bref) {
+	o := s.get(r.id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := o.blocks[r.idx]
+	if o.deleted || b == nil || b.dirty || o.pinned {
+		return
+	}
+	g := b.g2.Load()
+	if g == nil {
+		return
+	}
+	if !b.inG3 && !b.inG4 {
+		// Cannot happen for a clean block; keep it rather than lose it.
+		s.log.Error("clean G2 block without a lower copy", "object", r.id, "block", r.idx)
+		return
+	}
+	if !b.inG3 && s.g3 != nil {
+		s.g2mu.Lock()
+		warm := s.admit.estimate(r.hash()) >= 2
+		s.g2mu.Unlock()
+		if warm && s.admitG3(r) {
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			if err := s.g3.Put(ctx, o.key(r.idx), g.buf[:o.blockLen(r.idx)]); err == nil {
+				b.inG3 = true
+				s.c.demotions[tiG3].Add(1)
+			}
+			cancel()
+		}
+	}
+	b.g2.Store(nil)
+	s.freeG2(r, g, false, false)
+	s.c.evictions[tiG2].Add(1)
+}
+
+// DemoteFromG3 is the G3 reclaim hook: G3 calls it with the live blocks of
+// a segment it is about to reuse, before it reuses it. Each block that
+// still belongs to a live object and has no G4 copy is copied to G4 (from
+// G2 when it is there, else read from G3); a block that cannot be demoted
+// makes its object lost. Blocks of NBD exports are never dropped: when G4
+// cannot take them they are marked dirty again so write-back stores them.
+func (s *Store) DemoteFromG3(keys []tier.Key) {
+	var lost []ObjectID
+	buf, err := s.pool.get(tier.MaxBlockSize)
+	if err != nil {
+		s.log.Error("demote: no buffer", "err", err)
+		return
+	}
+	defer s.pool.put(buf)
+	for _, k := range keys {
+		if id, ok := s.demoteOne(k, buf); !ok {
+			lost = append(lost, id)
+		}
+	}
+	for _, id := range lost {
+		s.lose(id, fmt.Errorf("G3 reclaimed a block with no G4 copy: %w", tier.ErrNoSpace))
+	}
+}
+
+// demoteOne handles one key of DemoteFromG3; ok=false means the object must
+// be dropped.
+func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
+	id := ObjectID(k.Object)
+	o := s.get(id)
+	if o == nil {
+		return id, true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := o.blocks[k.Index]
+	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil || !b.inG3 {
+		return id, true
+	}
+	b.inG3 = false
+	s.c.evictions[tiG3].Add(1)
+	if b.inG4 || b.dirty {
+		return id, true // G4 has it, or write-back will store the newer bytes
+	}
+	n := o.blockLen(k.Index)
+	data := buf[:n]
+	if g := b.g2.Load(); g != nil {
+		copyBlock(data, g, 0)
+	} else {
+		b.inG3 = true // readable until the segment is reused
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		_, err := s.readLower(ctx, o, k.Index, b, data, 0)
+		cancel()
+		b.inG3 = false
+		if err != nil {
+			return id, o.kind == KindNBD
+		}
+	}
+	if s.g4 != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		err := s.g4.Put(ctx, k, data)
+		cancel()
+		if err == nil {
+			b.inG4 = true
+			s.c.demotions[tiG4].Add(1)
+			return id, true
+		}
+		s.log.Warn("demote to G4 failed", "key", k.String(), "err", err)
+	}
+	if g := b.g2.Load(); g != nil {
+		// Keep the bytes we still have: write-back retries them.
+		if !b.dirty {
+			b.dirty = true
+			o.dirty++
+			b.dirtyN = int64(len(g.buf))
+			s.g2dirty.Add(b.dirtyN)
+			s.g2mu.Lock()
+			s.policy.Remove(bref{id, k.Index})
+			s.g2mu.Unlock()
+		}
+		if !b.queued {
+			b.queued = true
+			s.enqueueWB(bref{id, k.Index})
+		}
+		if !o.metaDirty {
+			_ = s.markMetaDirty(o)
+		}
+		return id, true
+	}
+	if o.kind == KindNBD {
+		s.log.Error("export block lost from G3 with no G4", "key", k.String())
+	}
+	s.dropCount(dropNoSpace)
+	return id, false
+}

@@ -1,0 +1,117 @@
+package tiering
+
+import (
+	"context"
+	"time"
+)
+
+// allocG2 returns a zeroed G2 buffer of at least n bytes and accounts for
+// it. It never waits: callers that must respect the budget wait first with
+// waitRoom (writers) or ask admitG2 (promotions).
+func (s *Store) allocG2(n int, pinned bool) (*g2block, error) {
+	buf, err := s.pool.get(n)
+	if err != nil {
+		return nil, err
+	}
+	used := s.g2used.Add(int64(len(buf)))
+	s.g2blocks.Add(1)
+	if pinned {
+		s.g2pinned.Add(int64(len(buf)))
+	}
+	if float64(used) > s.cfg.G2High*float64(s.cfg.G2Bytes) {
+		s.needEvict.broadcast()
+	}
+	return &g2block{buf: buf}, nil
+}
+
+// freeG2 releases g (already detached from its block). r is removed from
+// the eviction order. The caller holds the object's write lock and has
+// cleared or will clear the block's dirty state itself.
+func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
+	s.g2mu.Lock()
+	s.policy.Remove(r)
+	s.g2mu.Unlock()
+	s.g2used.Add(-int64(len(g.buf)))
+	s.g2blocks.Add(-1)
+	if pinned {
+		s.g2pinned.Add(-int64(len(g.buf)))
+	}
+	s.pool.put(g.buf)
+	s.space.broadcast()
+}
+
+// waitRoom blocks a writer (holding no lock) until G2 has room for need
+// more bytes and dirty bytes are under their bound, or ctx ends.
+func (s *Store) waitRoom(ctx context.Context, need int64) error {
+	ok := func() bool {
+		return s.g2dirty.Load()+need <= s.cfg.DirtyBytes || s.g2dirty.Load() == 0
+	}
+	room := func() bool {
+		u := s.g2used.Load()
+		return u+need <= s.cfg.G2Bytes || u == 0
+	}
+	if ok() && room() {
+		return nil
+	}
+	s.c.writerWaits.Add(1)
+	s.needEvict.broadcast()
+	s.wbReady.broadcast()
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+	for {
+		ch := s.space.c()
+		if ok() && room() {
+			return nil
+		}
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			// Nothing evictable (everything pinned or dirty and the lower
+			// tiers stuck): let the write overshoot rather than deadlock;
+			// the dirty bound still holds writers back.
+			if ok() {
+				return nil
+			}
+			deadline.Reset(time.Second)
+			s.needEvict.broadcast()
+		}
+	}
+}
+
+// admitG2 decides whether a block read from a lower tier is promoted into
+// G2: always while G2 is under its high watermark; above it only when the
+// frequency sketch rates the block above the current eviction victim
+// (TinyLFU admission).
+func (s *Store) admitG2(r bref, n int) bool {
+	if float64(s.g2used.Load()+int64(n)) <= s.cfg.G2High*float64(s.cfg.G2Bytes) {
+		return true
+	}
+	if s.g2used.Load()+int64(n) > s.cfg.G2Bytes {
+		return false
+	}
+	s.g2mu.Lock()
+	defer s.g2mu.Unlock()
+	v, ok := s.policy.Victim()
+	if !ok {
+		return false
+	}
+	return s.admit.estimate(r.hash()) > s.admit.estimate(v.hash())
+}
+
+// touch records an access for heat and admission (and, for blocks in G2
+// that are evictable, the eviction order).
+func (s *Store) touch(r bref, inPolicy bool) {
+	now := time.Now()
+	s.g2mu.Lock()
+	s.heat.touch(r, now)
+	s.admit.record(r.hash())
+	if inPolicy {
+		s.policy.Touch(r, now)
+	}
+	s.g2mu.Unlock()
+}

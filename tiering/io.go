@@ -1,0 +1,496 @@
+package tiering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// maxObjectSize bounds object sizes (bytes): block indexes are uint32.
+const maxObjectSize = int64(1) << 50
+
+// ReadAt reads up to len(p) bytes of the object at byte offset off. It
+// returns fewer bytes only at the end of the object (0, nil at or past it).
+// Holes read as zeros. Blocks missing from G2 are read from G3, else G4
+// (verified by the tier's CRC32C) and promoted into G2 when admission
+// allows. Errors: ErrInvalid (negative offset), ErrNotExist, ErrLost (a block
+// is gone from every tier: the object was removed), ctx errors.
+func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("%w: negative offset %d", ErrInvalid, off)
+	}
+	o := s.get(id)
+	if o == nil {
+		return 0, ErrNotExist
+	}
+	o.mu.RLock()
+	if o.deleted {
+		o.mu.RUnlock()
+		return 0, ErrNotExist
+	}
+	if off >= o.size || len(p) == 0 {
+		o.mu.RUnlock()
+		return 0, nil
+	}
+	end := min(off+int64(len(p)), o.size)
+	s.c.readRequests.Add(1)
+	allG2 := true
+	var n int
+	var lostErr error
+	for pos := off; pos < end; {
+		idx := uint32(pos / int64(o.bs))
+		boff := int(pos % int64(o.bs))
+		cnt := int(min(int64(o.bs-boff), end-pos))
+		dst := p[n : n+cnt]
+		src, err := s.readBlock(ctx, o, idx, boff, dst)
+		if err != nil {
+			if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
+				lostErr = fmt.Errorf("block %d: %w", idx, err)
+				break
+			}
+			o.mu.RUnlock()
+			return n, err
+		}
+		if src != tiG2 {
+			allG2 = false
+		}
+		n += cnt
+		pos += int64(cnt)
+	}
+	o.mu.RUnlock()
+	if lostErr != nil {
+		s.c.blockMisses.Add(1)
+		s.lose(id, lostErr)
+		return n, fmt.Errorf("read object %d: %w: %v", id, ErrLost, lostErr)
+	}
+	if allG2 {
+		s.c.readRequestHits.Add(1)
+	}
+	return n, nil
+}
+
+// readBlock fills dst with bytes [boff, boff+len(dst)) of block idx and
+// returns the tier index that served it (tiG2 also for holes). o.mu is held
+// for reading.
+func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte) (int, error) {
+	b := o.blocks[idx]
+	if b == nil {
+		clear(dst)
+		return tiG2, nil
+	}
+	r := bref{o.id, idx}
+	g := b.g2.Load()
+	if g == nil {
+		blen := o.blockLen(idx)
+		if s.admitG2(r, blen) {
+			var err error
+			if g, err = s.promoteLocked(ctx, o, idx, b); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if g != nil {
+		copyBlock(dst, g, boff)
+		s.touch(r, !b.dirty && !o.pinned)
+		s.countHit(tiG2, len(dst))
+		return tiG2, nil
+	}
+	// Not admitted to G2: read the range straight from the lower tier.
+	src, err := s.readLower(ctx, o, idx, b, dst, int64(boff))
+	if err != nil {
+		return 0, err
+	}
+	s.touch(r, false)
+	s.countHit(src, len(dst))
+	return src, nil
+}
+
+// copyBlock copies g's bytes at boff into dst; bytes past g.n are zeros.
+func copyBlock(dst []byte, g *g2block, boff int) {
+	n := 0
+	if boff < g.n {
+		n = copy(dst, g.buf[boff:g.n])
+	}
+	clear(dst[n:])
+}
+
+func (s *Store) countHit(src, n int) {
+	s.c.blockReads.Add(1)
+	s.c.byteReads.Add(int64(n))
+	s.c.blockHits[src].Add(1)
+	s.c.byteHits[src].Add(int64(n))
+}
+
+// readLower reads dst from block idx at offset off in G3, else G4. Bytes
+// past the stored length read as zeros. Returns the serving tier index, or
+// tier.ErrNotFound / tier.ErrCorrupt when no tier has a good copy. o.mu is
+// held (read or write).
+func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockState, dst []byte, off int64) (int, error) {
+	k := o.key(idx)
+	var firstErr error
+	for _, c := range []struct {
+		has bool
+		t   tier.Tier
+		ti  int
+	}{{b.inG3, s.g3, tiG3}, {b.inG4, s.g4, tiG4}} {
+		if !c.has || c.t == nil {
+			continue
+		}
+		n, err := c.t.Get(ctx, k, dst, off)
+		if err == nil {
+			clear(dst[n:])
+			return c.ti, nil
+		}
+		if errors.Is(err, tier.ErrCorrupt) {
+			s.c.crcErrors.Add(1)
+			s.log.Error("corrupt block quarantined", "tier", c.t.Name(), "key", k.String(), "err", err)
+		} else if !errors.Is(err, tier.ErrNotFound) {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			s.log.Warn("tier read failed", "tier", c.t.Name(), "key", k.String(), "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		firstErr = tier.ErrNotFound
+	}
+	if !errors.Is(firstErr, tier.ErrNotFound) && !errors.Is(firstErr, tier.ErrCorrupt) {
+		// A tier is unavailable: an I/O error for this read, not a loss.
+		return 0, fmt.Errorf("read %s: %w", k, firstErr)
+	}
+	return 0, firstErr
+}
+
+// promoteLocked copies block idx from a lower tier into a new G2 buffer and
+// installs it, returning the installed copy (another reader's, if it won
+// the race). o.mu is held for reading or writing.
+func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, error) {
+	blen := o.blockLen(idx)
+	g, err := s.allocG2(max(blen, 1), o.pinned)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.readLower(ctx, o, idx, b, g.buf[:blen], 0); err != nil {
+		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		return nil, err
+	}
+	g.n = blen
+	if !b.g2.CompareAndSwap(nil, g) {
+		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		return b.g2.Load(), nil
+	}
+	s.c.promotions.Add(1)
+	return g, nil
+}
+
+// promote brings block idx of o into G2 (prestage). When force is set it
+// may fill G2 up to its budget rather than the high watermark.
+func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) error {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.deleted {
+		return ErrNotExist
+	}
+	b := o.blocks[idx]
+	if b == nil || b.g2.Load() != nil {
+		return nil
+	}
+	blen := int64(o.blockLen(idx))
+	if s.g2used.Load()+blen > s.cfg.G2Bytes && !o.pinned {
+		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
+	}
+	if _, err := s.promoteLocked(ctx, o, idx, b); err != nil {
+		return err
+	}
+	s.touch(bref{o.id, idx}, !b.dirty && !o.pinned)
+	return nil
+}
+
+// WriteAt writes p at byte offset off, extending the object as needed. The
+// bytes land in G2 and are visible to readers when WriteAt returns; they are
+// written back below G2 in the background (see Flush). WriteAt waits while
+// G2 is over budget or dirty bytes are over their bound. Errors:
+// ErrInvalid, tier.ErrTooLarge (offset past 1 PiB), ErrNotExist, ErrLost
+// (a partially overwritten block could not be read), ctx errors.
+func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("%w: negative offset %d", ErrInvalid, off)
+	}
+	if off+int64(len(p)) > maxObjectSize {
+		return 0, fmt.Errorf("%w: write past %d bytes", tier.ErrTooLarge, maxObjectSize)
+	}
+	if len(p) == 0 {
+		if s.get(id) == nil {
+			return 0, ErrNotExist
+		}
+		return 0, nil
+	}
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
+		return 0, err
+	}
+	o := s.get(id)
+	if o == nil {
+		return 0, ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return 0, ErrNotExist
+	}
+	if err := s.markMetaDirty(o); err != nil {
+		o.mu.Unlock()
+		return 0, err
+	}
+	end := off + int64(len(p))
+	var n int
+	var werr error
+	for pos := off; pos < end; {
+		idx := uint32(pos / int64(o.bs))
+		boff := int(pos % int64(o.bs))
+		cnt := int(min(int64(o.bs-boff), end-pos))
+		if werr = s.writeBlock(ctx, o, idx, boff, p[n:n+cnt], end); werr != nil {
+			break
+		}
+		n += cnt
+		pos += int64(cnt)
+		if pos > o.size {
+			o.size = pos
+		}
+	}
+	o.mu.Unlock()
+	if werr != nil && (errors.Is(werr, tier.ErrNotFound) || errors.Is(werr, tier.ErrCorrupt)) {
+		s.lose(id, werr)
+		return n, fmt.Errorf("write object %d: %w: %v", id, ErrLost, werr)
+	}
+	return n, werr
+}
+
+// markMetaDirty persists the object's "dirty" state before its bytes
+// change, so a crash before write-back drops the object instead of serving
+// older bytes. o.mu held for writing.
+func (s *Store) markMetaDirty(o *object) error {
+	if o.metaDirty {
+		return nil
+	}
+	if err := s.meta.put(o.id, o.record(stateDirty)); err != nil {
+		return fmt.Errorf("persist object %d: %w", o.id, err)
+	}
+	o.metaDirty = true
+	return nil
+}
+
+// writeBlock copies data into block idx at boff. newEnd is the object size
+// once the whole write is done (to size the buffer). o.mu held for writing.
+func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int, data []byte, newEnd int64) error {
+	r := bref{o.id, idx}
+	b := o.blocks[idx]
+	if b == nil {
+		b = &blockState{}
+		o.blocks[idx] = b
+	}
+	need := boff + len(data)
+	g := b.g2.Load()
+	if g == nil {
+		oldLen := 0
+		if b.inG3 || b.inG4 {
+			oldLen = o.blockLen(idx)
+		}
+		ng, err := s.allocG2(max(need, oldLen), o.pinned)
+		if err != nil {
+			return err
+		}
+		if oldLen > 0 && (boff > 0 || len(data) < oldLen) {
+			// Partial overwrite of a block held below G2: read-modify-write.
+			if _, err := s.readLower(ctx, o, idx, b, ng.buf[:oldLen], 0); err != nil {
+				s.freeG2(r, ng, false, o.pinned)
+				return err
+			}
+			ng.n = oldLen
+		}
+		b.g2.Store(ng)
+		g = ng
+	} else if len(g.buf) < need {
+		ng, err := s.allocG2(need, o.pinned)
+		if err != nil {
+			return err
+		}
+		copy(ng.buf, g.buf[:g.n])
+		ng.n = g.n
+		b.g2.Store(ng)
+		if b.dirty {
+			delta := int64(len(ng.buf) - len(g.buf))
+			b.dirtyN += delta
+			s.g2dirty.Add(delta)
+		}
+		s.freeG2(r, g, false, o.pinned)
+		g = ng
+	}
+	if boff > g.n {
+		clear(g.buf[g.n:boff])
+	}
+	copy(g.buf[boff:], data)
+	g.n = max(g.n, need)
+	if !b.dirty {
+		b.dirty = true
+		o.dirty++
+		b.dirtyN = int64(len(g.buf))
+		s.g2dirty.Add(b.dirtyN)
+		s.g2mu.Lock()
+		s.policy.Remove(r)
+		s.g2mu.Unlock()
+	}
+	b.version++
+	if !b.queued {
+		b.queued = true
+		s.enqueueWB(r)
+	}
+	s.touch(r, false)
+	return nil
+}
+
+// Truncate sets the object's size. Size 0 starts a new generation (every
+// old block is freed); shrinking frees whole blocks past the end and zeroes
+// the tail of the last one; growing adds a hole. Errors: ErrInvalid,
+// ErrNotExist, ErrLost, ctx errors.
+func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
+	if size < 0 || size > maxObjectSize {
+		return fmt.Errorf("%w: size %d", ErrInvalid, size)
+	}
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return ErrNotExist
+	}
+	if size == o.size && size != 0 {
+		o.mu.Unlock()
+		return nil
+	}
+	if size == 0 {
+		for idx := range o.blocks {
+			s.dropBlockLocked(o, idx)
+		}
+		o.gen++
+		o.size = 0
+		err := s.persistCleanLocked(o)
+		o.mu.Unlock()
+		return err
+	}
+	if err := s.markMetaDirty(o); err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	var err error
+	if size < o.size {
+		last := uint32((size - 1) / int64(o.bs))
+		for idx := range o.blocks {
+			if idx > last {
+				s.dropBlockLocked(o, idx)
+			}
+		}
+		tail := int(size - int64(last)*int64(o.bs))
+		if b := o.blocks[last]; b != nil && tail < o.blockLen(last) {
+			// Zero the bytes past the new end inside the last block by
+			// rewriting its tail: read-modify-write through G2.
+			zeros := make([]byte, o.blockLen(last)-tail)
+			err = s.writeBlock(ctx, o, last, tail, zeros, o.size)
+			if g := b.g2.Load(); err == nil && g != nil {
+				g.n = min(g.n, tail)
+			}
+		}
+	}
+	if err == nil {
+		o.size = size
+		if o.dirty == 0 {
+			err = s.persistCleanLocked(o)
+		}
+	}
+	o.mu.Unlock()
+	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {
+		s.lose(id, err)
+		return fmt.Errorf("truncate object %d: %w: %v", id, ErrLost, err)
+	}
+	return err
+}
+
+// persistCleanLocked writes the object's clean record and wakes Flush
+// waiters. o.mu held for writing; o.dirty must be 0.
+func (s *Store) persistCleanLocked(o *object) error {
+	if err := s.meta.put(o.id, o.record(stateClean)); err != nil {
+		return fmt.Errorf("persist object %d: %w", o.id, err)
+	}
+	o.metaDirty = false
+	s.signalFlushed(o)
+	return nil
+}
+
+// signalFlushed wakes Flush waiters of o. o.mu held for writing.
+func (s *Store) signalFlushed(o *object) {
+	close(o.flushed)
+	o.flushed = make(chan struct{})
+}
+
+// Flush returns once every block of the object written before the call is
+// stored below G2 (G3 or G4) and the object's record is persisted, so the
+// bytes survive a kill -9 of the daemon; when the G3 tier supports Sync,
+// also a power cut. Errors: ErrNotExist, ErrLost, ctx errors.
+func (s *Store) Flush(ctx context.Context, id ObjectID) error {
+	for {
+		o := s.get(id)
+		if o == nil {
+			return ErrNotExist
+		}
+		o.mu.Lock()
+		if o.deleted {
+			o.mu.Unlock()
+			return ErrNotExist
+		}
+		if o.dirty == 0 {
+			var err error
+			if o.metaDirty {
+				err = s.persistCleanLocked(o)
+			}
+			o.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			return s.syncTiers()
+		}
+		ch := o.flushed
+		o.mu.Unlock()
+		s.wbReady.broadcast()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// syncer is implemented by tiers that can make written blocks durable
+// against power loss.
+type syncer interface{ Sync() error }
+
+func (s *Store) syncTiers() error {
+	if sy, ok := s.g3.(syncer); ok {
+		if err := sy.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
+		}
+	}
+	return nil
+}

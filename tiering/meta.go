@@ -1,0 +1,167 @@
+package tiering
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Object records persist in a bbolt file (DataDir/meta.db), bucket
+// "objects", key = object id (8 bytes big endian), value = JSON of
+// objectRecord. A record is written:
+//   - at Create (state clean, empty);
+//   - when a clean object first becomes dirty (state dirty), before the
+//     write that dirtied it returns;
+//   - when write-back leaves the object with no dirty block (state clean,
+//     with the list of written blocks);
+//   - at Delete (removed) and SetPinned.
+//
+// On Open, a record still marked dirty means the process died with bytes
+// that never reached G3/G4: the object is dropped whole (KV cache may be
+// lost, never served wrong). A clean record lists every written block; each
+// must be found in G3 or G4 or the object is lost. Unlisted blocks are holes.
+//
+// The database runs with NoSync: records survive kill -9 (they are in the
+// page cache) but not a power cut, which can lose recent records; recovery
+// then drops objects whose blocks it cannot account for.
+
+var (
+	bucketObjects = []byte("objects")
+	bucketMeta    = []byte("meta")
+	keyNextID     = []byte("next_id")
+)
+
+// idBatch is how many object ids one metadata write reserves.
+const idBatch = 1024
+
+const (
+	stateClean = "clean"
+	stateDirty = "dirty"
+)
+
+type objectRecord struct {
+	Namespace string    `json:"ns"`
+	Kind      string    `json:"kind,omitempty"`
+	BlockSize int       `json:"bs"`
+	Size      int64     `json:"size"`
+	Gen       uint64    `json:"gen"`
+	Pinned    bool      `json:"pinned,omitempty"`
+	Created   time.Time `json:"created"`
+	State     string    `json:"state"`
+	// Written lists written block indexes as [first, last] runs.
+	Written [][2]uint32 `json:"written,omitempty"`
+}
+
+func idKey(id ObjectID) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], uint64(id))
+	return k[:]
+}
+
+// toRuns compresses a set of block indexes into sorted [first,last] runs.
+func toRuns(idx []uint32) [][2]uint32 {
+	if len(idx) == 0 {
+		return nil
+	}
+	sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
+	var runs [][2]uint32
+	start, prev := idx[0], idx[0]
+	for _, v := range idx[1:] {
+		if v == prev+1 {
+			prev = v
+			continue
+		}
+		runs = append(runs, [2]uint32{start, prev})
+		start, prev = v, v
+	}
+	return append(runs, [2]uint32{start, prev})
+}
+
+type metaDB struct {
+	db *bolt.DB
+}
+
+func openMeta(path string) (*metaDB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: true})
+	if err != nil {
+		return nil, fmt.Errorf("open metadata %s: %w (is another ctxmemd using this data dir?)", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketMeta); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketObjects)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init metadata %s: %w", path, err)
+	}
+	return &metaDB{db: db}, nil
+}
+
+func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return m.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).Put(idKey(id), v)
+	})
+}
+
+func (m *metaDB) del(id ObjectID) error {
+	return m.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).Delete(idKey(id))
+	})
+}
+
+// load calls fn for every record; the highest id seen is returned.
+func (m *metaDB) load(fn func(ObjectID, *objectRecord)) (ObjectID, error) {
+	var maxID ObjectID
+	err := m.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).ForEach(func(k, v []byte) error {
+			if len(k) != 8 {
+				return nil
+			}
+			id := ObjectID(binary.BigEndian.Uint64(k))
+			if id > maxID {
+				maxID = id
+			}
+			var rec objectRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				// A record we cannot parse cannot be trusted: treat as lost.
+				rec = objectRecord{State: "corrupt"}
+			}
+			fn(id, &rec)
+			return nil
+		})
+	})
+	return maxID, err
+}
+
+func (m *metaDB) close() error { return m.db.Close() }
+
+// reserveIDs persists a new high-water mark for object ids and returns the
+// first id of the reserved range [first, first+idBatch). Ids are never
+// reused, so blocks of a deleted object left in a tier can never be taken
+// for blocks of a new one.
+func (m *metaDB) reserveIDs(atLeast ObjectID) (ObjectID, error) {
+	var first ObjectID
+	err := m.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		next := ObjectID(1)
+		if v := b.Get(keyNextID); len(v) == 8 {
+			next = ObjectID(binary.BigEndian.Uint64(v))
+		}
+		if next < atLeast {
+			next = atLeast
+		}
+		first = next
+		return b.Put(keyNextID, idKey(next+idBatch))
+	})
+	return first, err
+}

@@ -1,0 +1,105 @@
+package tiering
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// bref names a block of the current generation of an object in memory.
+type bref struct {
+	id  ObjectID
+	idx uint32
+}
+
+// hash returns a 64-bit hash of the block reference (splitmix64 finaliser
+// over id and index) for the frequency sketch.
+func (r bref) hash() uint64 {
+	x := uint64(r.id)*0x9E3779B97F4A7C15 ^ uint64(r.idx)
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return x
+}
+
+// g2block is a block's copy in DRAM. buf is a pool buffer; n is the number
+// of valid bytes (bytes past n up to the block length read as zeros).
+type g2block struct {
+	buf []byte
+	n   int
+}
+
+// blockState tracks one written block of an object. A block that was never
+// written has no blockState and reads as zeros (a hole).
+//
+// Locking: g2 is read atomically under the object's read lock (readers may
+// install a promoted copy with CompareAndSwap); every other field, and
+// replacing or clearing g2, needs the object's write lock.
+type blockState struct {
+	g2      atomic.Pointer[g2block]
+	inG3    bool
+	inG4    bool
+	dirty   bool
+	queued  bool   // waiting in the write-back queue
+	version uint64 // bumped by every write
+	dirtyN  int64  // bytes this block adds to Store.g2dirty while dirty
+}
+
+// object is the in-memory state of one object.
+//
+// Lock order: object.mu before Store.g2mu, Store.wbmu and Store.mu are taken
+// alone or innermost. No lock is held while waiting for G2 space or for the
+// dirty bound.
+type object struct {
+	mu        sync.RWMutex
+	id        ObjectID
+	ns        string
+	kind      string
+	bs        int
+	size      int64
+	gen       uint64
+	pinned    bool
+	created   time.Time
+	blocks    map[uint32]*blockState
+	dirty     int  // blocks with dirty set
+	metaDirty bool // the persisted record says "dirty"
+	deleted   bool
+	// flushed is closed (and replaced) whenever the object becomes clean
+	// on disk; Flush waits on it.
+	flushed chan struct{}
+}
+
+func (o *object) key(idx uint32) tier.Key {
+	return tier.Key{Namespace: o.ns, Object: uint64(o.id), Index: idx, Gen: o.gen}
+}
+
+// blockLen returns the length in bytes of block idx at the current size.
+func (o *object) blockLen(idx uint32) int {
+	start := int64(idx) * int64(o.bs)
+	if start >= o.size {
+		return 0
+	}
+	return int(min(int64(o.bs), o.size-start))
+}
+
+func (o *object) info() ObjectInfo {
+	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.size, Gen: o.gen, BlockSize: o.bs,
+		Pinned: o.pinned, Dirty: o.dirty > 0 || o.metaDirty, Created: o.created, Kind: o.kind}
+}
+
+func (o *object) record(state string) *objectRecord {
+	rec := &objectRecord{Namespace: o.ns, Kind: o.kind, BlockSize: o.bs, Size: o.size, Gen: o.gen,
+		Pinned: o.pinned, Created: o.created, State: state}
+	if state == stateClean {
+		idx := make([]uint32, 0, len(o.blocks))
+		for i := range o.blocks {
+			idx = append(idx, i)
+		}
+		rec.Written = toRuns(idx)
+	}
+	return rec
+}

@@ -1,0 +1,94 @@
+package tiering
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// recover rebuilds the object table from meta.db and the tiers' indexes
+// (see meta.go for the rules) and queues garbage (block copies that belong
+// to no live object generation) for deletion.
+func (s *Store) recover() error {
+	type loc struct{ g3, g4 bool }
+	present := make(map[tier.Key]*loc)
+	scan := func(t tier.Tier, set func(*loc)) error {
+		if t == nil {
+			return nil
+		}
+		return t.Range(func(k tier.Key, _ int64) bool {
+			l := present[k]
+			if l == nil {
+				l = &loc{}
+				present[k] = l
+			}
+			set(l)
+			return true
+		})
+	}
+	if err := scan(s.g3, func(l *loc) { l.g3 = true }); err != nil {
+		return fmt.Errorf("scan G3: %w", err)
+	}
+	if err := scan(s.g4, func(l *loc) { l.g4 = true }); err != nil {
+		return fmt.Errorf("scan G4: %w", err)
+	}
+	used := make(map[tier.Key]bool)
+	var lost []ObjectID
+	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
+		if rec.State != stateClean || rec.BlockSize < tier.MinBlockSize {
+			lost = append(lost, id)
+			return
+		}
+		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, bs: rec.BlockSize, size: rec.Size,
+			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created,
+			blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+		if o.created.IsZero() {
+			o.created = time.Now()
+		}
+		for _, run := range rec.Written {
+			for idx := run[0]; ; idx++ {
+				k := o.key(idx)
+				l := present[k]
+				if l == nil || int64(idx)*int64(o.bs) >= o.size {
+					lost = append(lost, id)
+					return
+				}
+				o.blocks[idx] = &blockState{inG3: l.g3, inG4: l.g4}
+				if idx == run[1] {
+					break
+				}
+			}
+		}
+		for idx := range o.blocks {
+			used[o.key(idx)] = true
+		}
+		s.objects[id] = o
+	})
+	if err != nil {
+		return fmt.Errorf("load metadata: %w", err)
+	}
+	for _, id := range lost {
+		delete(s.objects, id)
+		if err := s.meta.del(id); err != nil {
+			return fmt.Errorf("drop lost object %d: %w", id, err)
+		}
+	}
+	var garbage int
+	for k, l := range present {
+		if used[k] {
+			continue
+		}
+		garbage++
+		if l.g3 {
+			s.gc(s.g3, k)
+		}
+		if l.g4 {
+			s.gc(s.g4, k)
+		}
+	}
+	s.nextID, s.idLimit = maxID+1, maxID+1
+	s.c.objectsLost.Add(int64(len(lost)))
+	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage)
+	return nil
+}

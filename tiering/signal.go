@@ -1,0 +1,44 @@
+package tiering
+
+import (
+	"context"
+	"sync"
+)
+
+// signal is a broadcast condition usable with contexts: waiters take the
+// current channel with c(), re-check their condition, then select on it;
+// broadcast closes it and installs a fresh one.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+func (s *signal) c() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ch
+}
+
+func (s *signal) broadcast() {
+	s.mu.Lock()
+	close(s.ch)
+	s.ch = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// waitFor blocks until cond() is true or ctx ends.
+func (s *signal) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		ch := s.c()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

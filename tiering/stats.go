@@ -1,0 +1,46 @@
+package tiering
+
+import "sync/atomic"
+
+// tier indexes for per-tier counters.
+const (
+	tiG2 = iota
+	tiG3
+	tiG35
+	tiG4
+	nTiers
+)
+
+var tierNames = [nTiers]string{TierG2, TierG3, TierG35, TierG4}
+
+// Drop reasons counted in Stats.Dropped.
+const (
+	dropNoSpace     = "no_space"     // no lower tier could take a dirty block
+	dropNoAdmission = "not_admitted" // admission refused and no G4
+	dropUnavailable = "unavailable"  // lower tiers failed
+	nDrop           = 3
+)
+
+var dropNames = [nDrop]string{dropNoSpace, dropNoAdmission, dropUnavailable}
+
+type counters struct {
+	readRequests, readRequestHits atomic.Int64
+	blockReads, blockMisses       atomic.Int64
+	byteReads                     atomic.Int64
+	blockHits, byteHits           [nTiers]atomic.Int64
+	writerWaits                   atomic.Int64
+	evictions, demotions          [nTiers]atomic.Int64
+	promotions                    atomic.Int64
+	admissionsDenied              atomic.Int64
+	dropped                       [nDrop]atomic.Int64
+	crcErrors                     atomic.Int64
+	objectsLost                   atomic.Int64
+}
+
+func tierMap(a *[nTiers]atomic.Int64) map[string]int64 {
+	m := make(map[string]int64, nTiers)
+	for i := range a {
+		m[tierNames[i]] = a[i].Load()
+	}
+	return m
+}

@@ -1,0 +1,662 @@
+// Package tiering is ctxmemd's tiering core: the block store every front
+// end (FUSE files, NBD exports) calls.
+//
+// An object is split into blocks of its namespace block size. Every write
+// lands in G2 (DRAM) and is visible on return; write-back goroutines copy
+// dirty blocks down to G3 (local NVMe segments) when admission predicts
+// reuse, or to G4 (object storage) otherwise. When G2 crosses its high
+// watermark an evictor removes clean, unpinned blocks in the heat policy's
+// order down to the low watermark; reads promote blocks back to G2. When G3
+// reclaims a segment, its live blocks are demoted to G4 first.
+//
+// Loss, never corruption: a block read from G3 or G4 is verified against its
+// CRC32C by the tier; a block that is gone from every tier makes its object
+// lost (removed whole, ErrLost to the reader that found out, ENOENT after).
+// See meta.go for what survives a crash.
+package tiering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// Config configures a Store. Zero values take the documented defaults.
+type Config struct {
+	// DataDir holds the metadata database (DataDir/meta.db). Required.
+	DataDir string
+	// G2Bytes is the DRAM budget in bytes (default 1 GiB).
+	G2Bytes int64
+	// G2High and G2Low are the G2 watermarks as fractions of G2Bytes
+	// (defaults 0.90 and 0.75): crossing High starts eviction down to Low.
+	G2High, G2Low float64
+	// DirtyBytes bounds dirty (not yet written back) bytes in G2; writers
+	// wait above it (default G2Bytes/4).
+	DirtyBytes int64
+	// PinnedFraction bounds pinned bytes as a fraction of G2Bytes
+	// (default 0.5); pinning past it fails with tier.ErrNoSpace.
+	PinnedFraction float64
+	// G3 is the local-NVMe tier; nil disables G3.
+	G3 tier.Tier
+	// G3High is the G3 fill fraction above which write-back asks admission
+	// before writing a block to G3 (default 0.90).
+	G3High float64
+	// G4 is the object-storage tier; nil disables G4 (blocks that G3 cannot
+	// keep are then dropped and their objects lost).
+	G4 tier.Tier
+	// HeatHalfLife is the heat decay half-life (default 60 s).
+	HeatHalfLife time.Duration
+	// ColdThreshold is the heat score under which a block is cold
+	// (default 30 of 100).
+	ColdThreshold float64
+	// FlushWorkers is the number of write-back goroutines (default 4).
+	FlushWorkers int
+	// Logger receives the store's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("%w: DataDir is required", ErrInvalid)
+	}
+	if c.G2Bytes == 0 {
+		c.G2Bytes = 1 << 30
+	}
+	if c.G2Bytes < 1<<20 {
+		return fmt.Errorf("%w: G2 budget %d bytes is below 1 MiB", ErrInvalid, c.G2Bytes)
+	}
+	if c.G2High == 0 {
+		c.G2High = 0.90
+	}
+	if c.G2Low == 0 {
+		c.G2Low = 0.75
+	}
+	if !(c.G2Low > 0 && c.G2Low < c.G2High && c.G2High <= 1) {
+		return fmt.Errorf("%w: G2 watermarks low %.2f high %.2f (need 0 < low < high <= 1)", ErrInvalid, c.G2Low, c.G2High)
+	}
+	if c.DirtyBytes == 0 {
+		c.DirtyBytes = c.G2Bytes / 4
+	}
+	if c.PinnedFraction == 0 {
+		c.PinnedFraction = 0.5
+	}
+	if c.G3High == 0 {
+		c.G3High = 0.90
+	}
+	if c.HeatHalfLife == 0 {
+		c.HeatHalfLife = 60 * time.Second
+	}
+	if c.ColdThreshold == 0 {
+		c.ColdThreshold = 30
+	}
+	if c.FlushWorkers == 0 {
+		c.FlushWorkers = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Store is the tiering core. Create it with Open; it owns its goroutines
+// and stops them in Close.
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	meta *metaDB
+	g3   tier.Tier
+	g4   tier.Tier
+	pool *bufPool
+
+	mu      sync.RWMutex // guards objects, nextID, idLimit
+	objects map[ObjectID]*object
+	nextID  ObjectID
+	idLimit ObjectID
+
+	// G2 accounting. used and dirty are atomics so waiters can poll them
+	// without g2mu.
+	g2mu      sync.Mutex // guards policy, heat
+	policy    g2Policy
+	heat      *heatTable
+	admit     *admitter
+	g2used    atomic.Int64 // bytes of G2 buffers held by blocks
+	g2blocks  atomic.Int64
+	g2dirty   atomic.Int64 // bytes of dirty blocks
+	g2pinned  atomic.Int64 // bytes of pinned blocks' buffers (approximate)
+	space     *signal      // broadcast when G2 used or dirty bytes drop
+	needEvict *signal      // broadcast when used crosses the high watermark
+
+	wbmu    sync.Mutex
+	wbQueue []bref
+	wbReady *signal
+
+	gcMu    sync.Mutex
+	gcQueue []gcItem
+	gcReady *signal
+
+	lostMu sync.Mutex
+	onLost func(ObjectID)
+
+	c      counters
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// gcItem is a block copy to delete from a tier in the background.
+type gcItem struct {
+	t tier.Tier
+	k tier.Key
+}
+
+// Open opens (or creates) the store in cfg.DataDir, rebuilds its object
+// index from the metadata database and the tiers' contents (see meta.go),
+// and starts write-back, eviction and garbage-collection goroutines.
+// Errors: ErrInvalid for a bad Config, or the failure to open metadata.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	meta, err := openMeta(filepath.Join(cfg.DataDir, "meta.db"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, pool: newBufPool(),
+		objects:   make(map[ObjectID]*object),
+		policy:    newG2Policy(),
+		heat:      newHeatTable(cfg.HeatHalfLife),
+		admit:     newAdmitter(),
+		space:     newSignal(),
+		needEvict: newSignal(),
+		wbReady:   newSignal(),
+		gcReady:   newSignal(),
+	}
+	if err := s.recover(); err != nil {
+		meta.close()
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for i := 0; i < cfg.FlushWorkers; i++ {
+		s.wg.Add(1)
+		go s.writeBackLoop()
+	}
+	s.wg.Add(2)
+	go s.evictLoop()
+	go s.gcLoop()
+	return s, nil
+}
+
+// Close writes back every dirty block (bounded by ctx of the caller through
+// CloseContext; Close waits up to 30 s), stops the background goroutines
+// and closes the metadata database. The tiers are not closed: their owner
+// closes them after the Store.
+func (s *Store) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.CloseContext(ctx)
+}
+
+// CloseContext is Close with a deadline for the final write-back. Blocks
+// still dirty when ctx ends are lost (their objects are dropped at the next
+// Open).
+func (s *Store) CloseContext(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if werr := s.space.waitFor(ctx, func() bool { return s.g2dirty.Load() == 0 && s.wbLen() == 0 }); werr != nil {
+		err = fmt.Errorf("close: %d dirty bytes not written back: %w", s.g2dirty.Load(), werr)
+	}
+	s.cancel()
+	s.wg.Wait()
+	s.drainGC()
+	s.mu.Lock()
+	for _, o := range s.objects {
+		o.mu.Lock()
+		for _, b := range o.blocks {
+			if g := b.g2.Swap(nil); g != nil {
+				s.pool.put(g.buf)
+			}
+		}
+		o.mu.Unlock()
+	}
+	s.mu.Unlock()
+	s.pool.release()
+	if cerr := s.meta.close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// OnLost registers fn, called (outside any store lock) with the id of each
+// object that is lost. Set it before serving.
+func (s *Store) OnLost(fn func(ObjectID)) {
+	s.lostMu.Lock()
+	s.onLost = fn
+	s.lostMu.Unlock()
+}
+
+func (s *Store) get(id ObjectID) *object {
+	s.mu.RLock()
+	o := s.objects[id]
+	s.mu.RUnlock()
+	return o
+}
+
+// allocID returns a fresh object id, persisting a new reservation when the
+// current range is used up.
+func (s *Store) allocID() (ObjectID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nextID >= s.idLimit {
+		first, err := s.meta.reserveIDs(s.nextID)
+		if err != nil {
+			return 0, fmt.Errorf("reserve object ids: %w", err)
+		}
+		s.nextID, s.idLimit = first, first+idBatch
+	}
+	id := s.nextID
+	s.nextID++
+	return id, nil
+}
+
+// Create makes a new empty object (size 0, generation 1) in namespace ns
+// with the given block size (a power of two, 4 KiB–4 MiB) and kind tag.
+// Errors: ErrInvalid, ErrClosed, metadata write failures.
+func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if blockSize < tier.MinBlockSize || blockSize > tier.MaxBlockSize || blockSize&(blockSize-1) != 0 {
+		return 0, fmt.Errorf("%w: block size %d (need a power of two, 4 KiB–4 MiB)", ErrInvalid, blockSize)
+	}
+	id, err := s.allocID()
+	if err != nil {
+		return 0, err
+	}
+	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(),
+		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+	if err := s.meta.put(id, o.record(stateClean)); err != nil {
+		return 0, fmt.Errorf("create object: %w", err)
+	}
+	s.mu.Lock()
+	s.objects[id] = o
+	s.mu.Unlock()
+	return id, nil
+}
+
+// Stat returns the object's description, or ErrNotExist.
+func (s *Store) Stat(id ObjectID) (ObjectInfo, error) {
+	o := s.get(id)
+	if o == nil {
+		return ObjectInfo{}, ErrNotExist
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.deleted {
+		return ObjectInfo{}, ErrNotExist
+	}
+	return o.info(), nil
+}
+
+// Objects returns every live object, sorted by id.
+func (s *Store) Objects() []ObjectInfo {
+	s.mu.RLock()
+	objs := make([]*object, 0, len(s.objects))
+	for _, o := range s.objects {
+		objs = append(objs, o)
+	}
+	s.mu.RUnlock()
+	out := make([]ObjectInfo, 0, len(objs))
+	for _, o := range objs {
+		o.mu.RLock()
+		if !o.deleted {
+			out = append(out, o.info())
+		}
+		o.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Delete removes the object: its record at once, its block copies in every
+// tier in the background. Errors: ErrNotExist.
+func (s *Store) Delete(ctx context.Context, id ObjectID) error {
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return ErrNotExist
+	}
+	err := s.meta.del(id)
+	s.dropObjectLocked(o)
+	o.mu.Unlock()
+	s.mu.Lock()
+	delete(s.objects, id)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("delete object %d: %w", id, err)
+	}
+	return nil
+}
+
+// dropObjectLocked releases every block of o (G2 buffers now, tier copies
+// through the GC queue) and marks it deleted. o.mu must be held for write.
+func (s *Store) dropObjectLocked(o *object) {
+	o.deleted = true
+	for idx := range o.blocks {
+		s.dropBlockLocked(o, idx)
+	}
+	s.signalFlushed(o)
+}
+
+// dropBlockLocked forgets block idx of o in every tier. o.mu held for write.
+func (s *Store) dropBlockLocked(o *object, idx uint32) {
+	b := o.blocks[idx]
+	if b == nil {
+		return
+	}
+	r := bref{o.id, idx}
+	if g := b.g2.Swap(nil); g != nil {
+		s.freeG2(r, g, b.dirty, o.pinned)
+	}
+	if b.dirty {
+		b.dirty = false
+		o.dirty--
+		s.g2dirty.Add(-b.dirtyN)
+		b.dirtyN = 0
+	}
+	k := o.key(idx)
+	if b.inG3 {
+		s.gc(s.g3, k)
+	}
+	if b.inG4 {
+		s.gc(s.g4, k)
+	}
+	delete(o.blocks, idx)
+	s.g2mu.Lock()
+	s.heat.forget(r)
+	s.g2mu.Unlock()
+}
+
+// lose removes an object whose block is gone from every tier and tells the
+// front end. Safe to call more than once.
+func (s *Store) lose(id ObjectID, why error) {
+	o := s.get(id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return
+	}
+	if o.kind == KindNBD {
+		s.log.Error("export block lost", "object", id, "err", why)
+	}
+	_ = s.meta.del(id)
+	s.dropObjectLocked(o)
+	o.mu.Unlock()
+	s.mu.Lock()
+	delete(s.objects, id)
+	s.mu.Unlock()
+	s.c.objectsLost.Add(1)
+	s.log.Warn("object lost", "object", id, "namespace", o.ns, "reason", why)
+	s.lostMu.Lock()
+	fn := s.onLost
+	s.lostMu.Unlock()
+	if fn != nil {
+		fn(id)
+	}
+}
+
+// KindNBD tags objects that back NBD exports: their blocks are never
+// dropped, only demoted.
+const KindNBD = "nbd"
+
+// SetPinned pins (or unpins) every block of the object in G2: pinned blocks
+// are promoted and never evicted. Errors: ErrNotExist, tier.ErrNoSpace when
+// pinning would exceed the pinned-bytes bound.
+func (s *Store) SetPinned(id ObjectID, pinned bool) error {
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return ErrNotExist
+	}
+	if o.pinned == pinned {
+		o.mu.Unlock()
+		return nil
+	}
+	if pinned {
+		limit := int64(float64(s.cfg.G2Bytes) * s.cfg.PinnedFraction)
+		if s.g2pinned.Load()+o.size > limit {
+			o.mu.Unlock()
+			return fmt.Errorf("pin object %d (%d bytes): pinned bytes would exceed %d: %w", id, o.size, limit, tier.ErrNoSpace)
+		}
+	}
+	o.pinned = pinned
+	var delta int64
+	s.g2mu.Lock()
+	for idx, b := range o.blocks {
+		g := b.g2.Load()
+		if g == nil {
+			continue
+		}
+		r := bref{id, idx}
+		if pinned {
+			s.policy.Remove(r)
+			delta += int64(len(g.buf))
+		} else {
+			if !b.dirty {
+				s.policy.Touch(r, time.Now())
+			}
+			delta -= int64(len(g.buf))
+		}
+	}
+	s.g2mu.Unlock()
+	s.g2pinned.Add(delta)
+	err := s.meta.put(id, o.record(s.persistedState(o)))
+	o.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if pinned {
+		return s.Prestage(s.ctx, id)
+	}
+	return nil
+}
+
+func (s *Store) persistedState(o *object) string {
+	if o.metaDirty {
+		return stateDirty
+	}
+	return stateClean
+}
+
+// Prestage starts copying every block of the object that is not in G2 up to
+// G2 and returns at once; the copy runs in the background and stops early
+// when G2 has no room below its high watermark or the store closes.
+// Errors: ErrNotExist.
+func (s *Store) Prestage(ctx context.Context, id ObjectID) error {
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.PrestageWait(s.ctx, id); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Debug("prestage stopped", "object", id, "err", err)
+		}
+	}()
+	return nil
+}
+
+// PrestageWait copies every block of the object that is not in G2 up to G2
+// and returns when done, when G2 is full (tier.ErrNoSpace) or when ctx
+// ends. Errors: ErrNotExist, ErrLost, tier errors.
+func (s *Store) PrestageWait(ctx context.Context, id ObjectID) error {
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	o.mu.RLock()
+	idxs := make([]uint32, 0, len(o.blocks))
+	for idx, b := range o.blocks {
+		if b.g2.Load() == nil {
+			idxs = append(idxs, idx)
+		}
+	}
+	o.mu.RUnlock()
+	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+	for _, idx := range idxs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.promote(ctx, o, idx, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BlockTiers returns, for each block of the object in order, the name of
+// the highest tier holding it ("G2", "G3", "G4") or "hole".
+func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
+	o := s.get(id)
+	if o == nil {
+		return nil, ErrNotExist
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.deleted {
+		return nil, ErrNotExist
+	}
+	n := (o.size + int64(o.bs) - 1) / int64(o.bs)
+	out := make([]string, n)
+	for i := range out {
+		b := o.blocks[uint32(i)]
+		switch {
+		case b == nil:
+			out[i] = TierHole
+		case b.g2.Load() != nil:
+			out[i] = TierG2
+		case b.inG3:
+			out[i] = TierG3
+		case b.inG4:
+			out[i] = TierG4
+		default:
+			out[i] = TierHole
+		}
+	}
+	return out, nil
+}
+
+// Heat returns the mean heat score (0–100) of the object's written blocks.
+func (s *Store) Heat(id ObjectID) (float64, error) {
+	o := s.get(id)
+	if o == nil {
+		return 0, ErrNotExist
+	}
+	o.mu.RLock()
+	refs := make([]bref, 0, len(o.blocks))
+	for idx := range o.blocks {
+		refs = append(refs, bref{id, idx})
+	}
+	o.mu.RUnlock()
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	now := time.Now()
+	var sum float64
+	s.g2mu.Lock()
+	for _, r := range refs {
+		sum += s.heat.score(r, now)
+	}
+	s.g2mu.Unlock()
+	return sum / float64(len(refs)), nil
+}
+
+// Occupancy reports G2, then G3 and G4 when configured.
+func (s *Store) Occupancy() []TierUsage {
+	out := []TierUsage{{Name: TierG2, UsedBytes: s.g2used.Load(), CapacityBytes: s.cfg.G2Bytes,
+		Blocks: s.g2blocks.Load(), HighWatermark: s.cfg.G2High, LowWatermark: s.cfg.G2Low}}
+	for _, t := range []tier.Tier{s.g3, s.g4} {
+		if t == nil {
+			continue
+		}
+		u := t.Usage()
+		out = append(out, TierUsage{Name: t.Name(), UsedBytes: u.UsedBytes, CapacityBytes: u.CapacityBytes, Blocks: u.Blocks})
+	}
+	return out
+}
+
+// Capacity returns the total and free bytes a statfs should report: the
+// G2 budget plus G3 capacity (the fast tiers an engine can fill before
+// blocks go cold to G4), and what remains of it. With no G3 capacity limit
+// the G2 budget alone is reported.
+func (s *Store) Capacity() (total, free int64) {
+	total = s.cfg.G2Bytes
+	used := s.g2dirty.Load()
+	if s.g3 != nil {
+		u := s.g3.Usage()
+		total += u.CapacityBytes
+		used += u.UsedBytes
+	}
+	free = total - used
+	if free < 0 {
+		free = 0
+	}
+	return total, free
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		ReadRequests: s.c.readRequests.Load(), ReadRequestHits: s.c.readRequestHits.Load(),
+		BlockReads: s.c.blockReads.Load(), BlockMisses: s.c.blockMisses.Load(),
+		ByteReads: s.c.byteReads.Load(),
+		BlockHits: tierMap(&s.c.blockHits), ByteHits: tierMap(&s.c.byteHits),
+		DirtyBytes: s.g2dirty.Load(), DirtyLimitBytes: s.cfg.DirtyBytes,
+		WriterWaits: s.c.writerWaits.Load(),
+		Evictions:   tierMap(&s.c.evictions), Demotions: tierMap(&s.c.demotions),
+		Promotions: s.c.promotions.Load(), AdmissionsDenied: s.c.admissionsDenied.Load(),
+		Dropped:   make(map[string]int64, nDrop),
+		CRCErrors: s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
+	}
+	for i := range dropNames {
+		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()
+	}
+	s.mu.RLock()
+	st.Objects = int64(len(s.objects))
+	s.mu.RUnlock()
+	return st
+}
+
+// heatScoreFloor avoids denormal arithmetic on long-idle scores.
+var _ = math.Exp2

@@ -1,0 +1,113 @@
+// Package tier defines the contract shared by every storage tier below G2:
+// the block key, the Tier interface that G3 (local NVMe segments) and G4
+// (object storage) implement, and the sentinel errors they return.
+//
+// A tier stores whole blocks. A block is at most one namespace block size
+// (4 KiB–4 MiB); the last block of an object may be shorter. Every tier keeps a
+// CRC32C (Castagnoli, RFC 3720 appendix B.4) of each block's bytes and checks
+// it on every read, range reads included: a mismatch is reported as
+// ErrCorrupt and the block is quarantined (it reads as ErrNotFound from then
+// on); a tier never returns bytes it has not verified.
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// Key names one block of one generation of one object.
+//
+// Object is the object's id, stable across renames and unique within a host's
+// data directory; Index is the block number (byte offset / block size);
+// Gen is the object generation, bumped whenever an object is rewritten from
+// scratch (O_TRUNC, truncate to 0), so tiers never overwrite a block of an
+// older generation in place.
+type Key struct {
+	Namespace string
+	Object    uint64
+	Index     uint32
+	Gen       uint64
+}
+
+// String renders the key as "ns/object/index@gen" (for logs and errors).
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%d/%d@%d", k.Namespace, k.Object, k.Index, k.Gen)
+}
+
+// Usage is a tier's occupancy.
+type Usage struct {
+	UsedBytes     int64 // bytes of live block payload (not counting headers or garbage)
+	CapacityBytes int64 // configured capacity; 0 means unbounded
+	Blocks        int64 // live blocks
+}
+
+// Tier is a block store below G2. Implementations are safe for concurrent
+// use.
+type Tier interface {
+	// Name returns the tier's name as used in status and metrics: "G3", "G4".
+	Name() string
+	// Put stores data (1 byte–4 MiB) as the block k, replacing any earlier
+	// copy of exactly k. It returns ErrNoSpace when the tier is full and
+	// cannot reclaim space, ErrTooLarge when data exceeds the tier's block
+	// limit, and an I/O error wrapped otherwise. Put returns only once the
+	// block reads back from this tier (survives a kill -9 of the process).
+	Put(ctx context.Context, k Key, data []byte) error
+	// Get reads len(p) bytes of block k starting at byte off of the block
+	// into p and returns the count read (short only at the end of the
+	// block). It returns ErrNotFound when the tier has no copy of k and
+	// ErrCorrupt when the stored bytes fail their CRC32C (the block is then
+	// quarantined). Implementations verify the checksum of every byte they
+	// return.
+	Get(ctx context.Context, k Key, p []byte, off int64) (int, error)
+	// Stat returns the length in bytes of block k, or ErrNotFound.
+	Stat(k Key) (int64, error)
+	// Delete forgets block k; deleting a missing key is not an error.
+	Delete(ctx context.Context, k Key) error
+	// Range calls fn for every block the tier holds (in no order) until fn
+	// returns false. It is how the core rebuilds its index at start.
+	Range(fn func(k Key, length int64) bool) error
+	// Usage reports current occupancy.
+	Usage() Usage
+	// Close releases the tier's resources; the tier's contents persist.
+	Close() error
+}
+
+// Sentinel errors. Tiers wrap them with context; test with errors.Is.
+var (
+	// ErrNotFound: the tier holds no copy of the block.
+	ErrNotFound = errors.New("block not found")
+	// ErrCorrupt: the stored bytes failed their checksum or header checks.
+	ErrCorrupt = errors.New("block corrupt")
+	// ErrNoSpace: the tier is at capacity and cannot take the block.
+	ErrNoSpace = errors.New("tier full")
+	// ErrTooLarge: the block exceeds the tier's maximum block size.
+	ErrTooLarge = errors.New("block too large")
+	// ErrClosed: the tier was closed.
+	ErrClosed = errors.New("tier closed")
+	// ErrUnavailable: the tier's backend does not answer (dead disk, object
+	// store down); the caller may retry later.
+	ErrUnavailable = errors.New("tier unavailable")
+)
+
+// MaxBlockSize is the largest block any tier must accept, in bytes (4 MiB).
+const MaxBlockSize = 4 << 20
+
+// MinBlockSize is the smallest namespace block size, in bytes (4 KiB).
+const MinBlockSize = 4 << 10
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC32C (Castagnoli) of p.
+func Checksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
+
+// UpdateChecksum extends crc with p (CRC32C).
+func UpdateChecksum(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
+
+// Expirer is implemented by tiers whose blocks expire after a TTL (G4).
+// ExpireBefore deletes every block stored before t and returns how many.
+type Expirer interface {
+	ExpireBefore(ctx context.Context, t time.Time) (int, error)
+}

@@ -1,0 +1,283 @@
+package tiering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// wbRetries is how many times write-back retries a block whose lower tiers
+// all failed (unavailable) before the block's object is dropped.
+const wbRetries = 20
+
+func (s *Store) enqueueWB(r bref) {
+	s.wbmu.Lock()
+	s.wbQueue = append(s.wbQueue, r)
+	s.wbmu.Unlock()
+	s.wbReady.broadcast()
+}
+
+func (s *Store) wbLen() int {
+	s.wbmu.Lock()
+	defer s.wbmu.Unlock()
+	return len(s.wbQueue)
+}
+
+func (s *Store) popWB() (bref, bool) {
+	for {
+		ch := s.wbReady.c()
+		s.wbmu.Lock()
+		if len(s.wbQueue) > 0 {
+			r := s.wbQueue[0]
+			s.wbQueue[0] = bref{}
+			s.wbQueue = s.wbQueue[1:]
+			s.wbmu.Unlock()
+			return r, true
+		}
+		s.wbmu.Unlock()
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+			return bref{}, false
+		}
+	}
+}
+
+// writeBackLoop copies dirty blocks below G2 until the store closes. Each
+// worker owns one staging buffer (4 MiB, page aligned) so the object lock
+// is not held during tier I/O.
+func (s *Store) writeBackLoop() {
+	defer s.wg.Done()
+	buf, err := s.pool.get(tier.MaxBlockSize)
+	if err != nil {
+		s.log.Error("write-back worker cannot allocate its buffer", "err", err)
+		return
+	}
+	defer s.pool.put(buf)
+	for {
+		r, ok := s.popWB()
+		if !ok {
+			return
+		}
+		s.writeBack(r, buf)
+	}
+}
+
+// writeBack writes one dirty block below G2: to G3 when G3 is below its high
+// watermark or admission predicts reuse, else to G4; G3 full → G4. When no
+// tier takes it the object is dropped (files) or the block is retried
+// (NBD exports, and transient failures up to wbRetries times).
+func (s *Store) writeBack(r bref, buf []byte) {
+	o := s.get(r.id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	b := o.blocks[r.idx]
+	if b != nil {
+		b.queued = false
+	}
+	g := (*g2block)(nil)
+	if b != nil {
+		g = b.g2.Load()
+	}
+	if o.deleted || b == nil || !b.dirty || g == nil {
+		o.mu.Unlock()
+		return
+	}
+	n := o.blockLen(r.idx)
+	data := buf[:n]
+	copyBlock(data, g, 0)
+	ver := b.version
+	k := o.key(r.idx)
+	kind := o.kind
+	o.mu.Unlock()
+
+	ti, err := s.putLower(s.ctx, r, k, data)
+	if err != nil {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("write-back failed", "key", k.String(), "err", err)
+		if kind == KindNBD || errors.Is(err, tier.ErrUnavailable) {
+			s.retryWB(r, b, o)
+			return
+		}
+		reason := dropNoSpace
+		if !errors.Is(err, tier.ErrNoSpace) {
+			reason = dropUnavailable
+		}
+		s.dropCount(reason)
+		s.lose(r.id, fmt.Errorf("write-back of %s: %w", k, err))
+		return
+	}
+	s.c.demotions[ti].Add(1)
+	t := s.tierAt(ti)
+
+	o.mu.Lock()
+	b = o.blocks[r.idx]
+	if o.deleted || o.gen != k.Gen || b == nil {
+		o.mu.Unlock()
+		s.gc(t, k)
+		return
+	}
+	// The block now lives in t. A copy of the same key in the other tier is
+	// stale: delete it before the object can be recorded clean, so recovery
+	// never finds two different versions of one key.
+	if ti == tiG3 {
+		b.inG3 = true
+		if b.inG4 {
+			if err := s.g4.Delete(s.ctx, k); err != nil {
+				s.log.Warn("delete stale G4 copy", "key", k.String(), "err", err)
+			}
+			b.inG4 = false
+		}
+	} else {
+		b.inG4 = true
+		if b.inG3 {
+			if err := s.g3.Delete(s.ctx, k); err != nil {
+				s.log.Warn("delete stale G3 copy", "key", k.String(), "err", err)
+			}
+			b.inG3 = false
+		}
+	}
+	if b.version == ver {
+		b.dirty = false
+		o.dirty--
+		s.g2dirty.Add(-b.dirtyN)
+		b.dirtyN = 0
+		if !o.pinned && b.g2.Load() != nil {
+			s.g2mu.Lock()
+			s.policy.Touch(r, time.Now())
+			s.g2mu.Unlock()
+		}
+	}
+	if o.dirty == 0 && o.metaDirty {
+		if err := s.persistCleanLocked(o); err != nil {
+			s.log.Error("persist clean object", "object", o.id, "err", err)
+		}
+	}
+	o.mu.Unlock()
+	s.space.broadcast()
+}
+
+// retryWB requeues a block after a pause (bounded for files).
+func (s *Store) retryWB(r bref, b *blockState, o *object) {
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-s.ctx.Done():
+		return
+	}
+	o.mu.Lock()
+	if cur := o.blocks[r.idx]; cur == b && b.dirty && !b.queued {
+		b.queued = true
+		s.enqueueWB(r)
+	}
+	o.mu.Unlock()
+}
+
+// putLower stores a written-back block and returns the tier index used.
+func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (int, error) {
+	var g3err error
+	if s.g3 != nil {
+		if s.admitG3(r) {
+			g3err = s.g3.Put(ctx, k, data)
+			if g3err == nil {
+				return tiG3, nil
+			}
+		} else {
+			s.c.admissionsDenied.Add(1)
+			g3err = fmt.Errorf("G3 admission refused: %w", tier.ErrNoSpace)
+		}
+	}
+	if s.g4 == nil {
+		if g3err == nil {
+			g3err = fmt.Errorf("no lower tier: %w", tier.ErrNoSpace)
+		}
+		return 0, g3err
+	}
+	if err := s.g4.Put(ctx, k, data); err != nil {
+		if g3err != nil {
+			return 0, fmt.Errorf("%v; G4: %w", g3err, err)
+		}
+		return 0, err
+	}
+	return tiG4, nil
+}
+
+// admitG3 decides whether a block leaving G2 goes to flash: always while G3
+// is under its high watermark; above it only when the frequency sketch has
+// seen the block at least twice (one-hit blocks are not written to flash).
+func (s *Store) admitG3(r bref) bool {
+	u := s.g3.Usage()
+	if u.CapacityBytes == 0 || float64(u.UsedBytes) < s.cfg.G3High*float64(u.CapacityBytes) {
+		return true
+	}
+	s.g2mu.Lock()
+	est := s.admit.estimate(r.hash())
+	s.g2mu.Unlock()
+	return est >= 2
+}
+
+func (s *Store) tierAt(ti int) tier.Tier {
+	if ti == tiG3 {
+		return s.g3
+	}
+	return s.g4
+}
+
+func (s *Store) dropCount(reason string) {
+	for i, n := range dropNames {
+		if n == reason {
+			s.c.dropped[i].Add(1)
+		}
+	}
+}
+
+// gc queues deletion of k from t.
+func (s *Store) gc(t tier.Tier, k tier.Key) {
+	if t == nil {
+		return
+	}
+	s.gcMu.Lock()
+	s.gcQueue = append(s.gcQueue, gcItem{t, k})
+	s.gcMu.Unlock()
+	s.gcReady.broadcast()
+}
+
+func (s *Store) gcLoop() {
+	defer s.wg.Done()
+	for {
+		ch := s.gcReady.c()
+		s.drainGC()
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// drainGC deletes every queued block copy (errors are logged: a missed
+// delete leaves garbage that the next start collects).
+func (s *Store) drainGC() {
+	for {
+		s.gcMu.Lock()
+		q := s.gcQueue
+		s.gcQueue = nil
+		s.gcMu.Unlock()
+		if len(q) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for _, it := range q {
+			if err := it.t.Delete(ctx, it.k); err != nil {
+				s.log.Debug("gc delete", "tier", it.t.Name(), "key", it.k.String(), "err", err)
+			}
+		}
+		cancel()
+	}
+}
