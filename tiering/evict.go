@@ -46,23 +46,22 @@ func (s *Store) evictLoop() {
 // evictOne drops block r's G2 copy if it is still clean and unpinned. A
 // block whose only lower copy is in G4 is first written to G3 when
 // admission predicts reuse (the block is warm: it was read while in G2).
+// G3 writes happen without the object lock (G3's reclaim hook takes object
+// locks), so the block is re-checked afterwards.
 func (s *Store) evictOne(r bref) {
 	o := s.get(r.id)
 	if o == nil {
 		return
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	b := o.blocks[r.idx]
-	if o.deleted || b == nil || b.dirty || o.pinned {
-		return
-	}
-	g := b.g2.Load()
-	if g == nil {
+	if o.deleted || b == nil || b.dirty || o.pinned || b.g2.Load() == nil {
+		o.mu.Unlock()
 		return
 	}
 	if !b.inG3 && !b.inG4 {
 		// Cannot happen for a clean block; keep it rather than lose it.
+		o.mu.Unlock()
 		s.log.Error("clean G2 block without a lower copy", "object", r.id, "block", r.idx)
 		return
 	}
@@ -71,17 +70,37 @@ func (s *Store) evictOne(r bref) {
 		warm := s.admit.estimate(r.hash()) >= 2
 		s.g2mu.Unlock()
 		if warm && s.admitG3(r) {
-			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-			if err := s.g3.Put(ctx, o.key(r.idx), g.buf[:o.blockLen(r.idx)]); err == nil {
-				b.inG3 = true
-				s.c.demotions[tiG3].Add(1)
+			ver, k, n := b.version, o.key(r.idx), o.blockLen(r.idx)
+			buf, err := s.pool.get(n)
+			if err == nil {
+				copyBlock(buf[:n], b.g2.Load(), 0)
+				o.mu.Unlock()
+				ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+				err = s.g3.Put(ctx, k, buf[:n])
+				cancel()
+				s.pool.put(buf)
+				o.mu.Lock()
+				if err == nil {
+					if cur := o.blocks[r.idx]; !o.deleted && o.gen == k.Gen && cur == b && b.version == ver {
+						b.inG3 = true
+						s.c.demotions[tiG3].Add(1)
+					} else {
+						s.gc(s.g3, k)
+					}
+				}
+				if o.deleted || o.blocks[r.idx] != b || b.dirty || o.pinned {
+					o.mu.Unlock()
+					return
+				}
 			}
-			cancel()
 		}
 	}
-	b.g2.Store(nil)
-	s.freeG2(r, g, false, false)
-	s.c.evictions[tiG2].Add(1)
+	if g := b.g2.Load(); g != nil {
+		b.g2.Store(nil)
+		s.freeG2(r, g, false, false)
+		s.c.evictions[tiG2].Add(1)
+	}
+	o.mu.Unlock()
 }
 
 // DemoteFromG3 is the G3 reclaim hook: G3 calls it with the live blocks of

@@ -494,3 +494,59 @@ func (s *Store) syncTiers() error {
 	}
 	return nil
 }
+
+// Discard makes the byte range [off, off+length) of the object read as
+// zeros without changing its size: whole blocks inside the range are freed
+// from every tier (they become holes); partial blocks at the edges are
+// zeroed in place. It is what NBD TRIM and WRITE_ZEROES and FUSE
+// fallocate(PUNCH_HOLE) map to. Errors: ErrInvalid, ErrNotExist, ErrLost,
+// ctx errors.
+func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) error {
+	if off < 0 || length < 0 {
+		return fmt.Errorf("%w: discard offset %d length %d", ErrInvalid, off, length)
+	}
+	if err := s.waitRoom(ctx, 0); err != nil {
+		return err
+	}
+	o := s.get(id)
+	if o == nil {
+		return ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return ErrNotExist
+	}
+	end := min(off+length, o.size)
+	if off >= end {
+		o.mu.Unlock()
+		return nil
+	}
+	if err := s.markMetaDirty(o); err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	var err error
+	for pos := off; pos < end && err == nil; {
+		idx := uint32(pos / int64(o.bs))
+		boff := int(pos % int64(o.bs))
+		cnt := int(min(int64(o.bs-boff), end-pos))
+		if b := o.blocks[idx]; b != nil {
+			if boff == 0 && cnt >= o.blockLen(idx) {
+				s.dropBlockLocked(o, idx)
+			} else {
+				err = s.writeBlock(ctx, o, idx, boff, make([]byte, cnt), o.size)
+			}
+		}
+		pos += int64(cnt)
+	}
+	if err == nil && o.dirty == 0 {
+		err = s.persistCleanLocked(o)
+	}
+	o.mu.Unlock()
+	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {
+		s.lose(id, err)
+		return fmt.Errorf("discard object %d: %w: %v", id, ErrLost, err)
+	}
+	return err
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -340,5 +339,29 @@ func TestConcurrentWritersReaders(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	fmt.Sprint()
+}
+
+func TestDiscard(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir(), newMemTier("G3", 0), newMemTier("G4", 0), 16<<20)
+	defer s.Close()
+	id, _ := s.Create("ns", 4096, "nbd")
+	want := pattern(9, 5*4096)
+	s.WriteAt(ctx, id, want, 0)
+	// Discard from the middle of block 1 to the middle of block 3.
+	if err := s.Discard(ctx, id, 4096+100, 2*4096); err != nil {
+		t.Fatal(err)
+	}
+	clear(want[4096+100 : 3*4096+100])
+	got := make([]byte, len(want))
+	if n, err := s.ReadAt(ctx, id, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("n=%d err=%v", n, err)
+	}
+	tiers, _ := s.BlockTiers(id)
+	if tiers[2] != TierHole || tiers[1] == TierHole || tiers[3] == TierHole {
+		t.Fatalf("tiers %v", tiers)
+	}
+	if err := s.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -125,23 +125,20 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		return
 	}
 	// The block now lives in t. A copy of the same key in the other tier is
-	// stale: delete it before the object can be recorded clean, so recovery
-	// never finds two different versions of one key.
+	// stale: it is deleted before the object can be recorded clean, so
+	// recovery never finds two different versions of one key. The delete
+	// runs without the object lock (G3 may need to reclaim a segment, whose
+	// hook takes object locks).
+	var staleT tier.Tier
 	if ti == tiG3 {
 		b.inG3 = true
 		if b.inG4 {
-			if err := s.g4.Delete(s.ctx, k); err != nil {
-				s.log.Warn("delete stale G4 copy", "key", k.String(), "err", err)
-			}
-			b.inG4 = false
+			staleT, b.inG4 = s.g4, false
 		}
 	} else {
 		b.inG4 = true
 		if b.inG3 {
-			if err := s.g3.Delete(s.ctx, k); err != nil {
-				s.log.Warn("delete stale G3 copy", "key", k.String(), "err", err)
-			}
-			b.inG3 = false
+			staleT, b.inG3 = s.g3, false
 		}
 	}
 	if b.version == ver {
@@ -155,7 +152,14 @@ func (s *Store) writeBack(r bref, buf []byte) {
 			s.g2mu.Unlock()
 		}
 	}
-	if o.dirty == 0 && o.metaDirty {
+	if staleT != nil {
+		o.mu.Unlock()
+		if err := staleT.Delete(s.ctx, k); err != nil {
+			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
+		}
+		o.mu.Lock()
+	}
+	if !o.deleted && o.dirty == 0 && o.metaDirty {
 		if err := s.persistCleanLocked(o); err != nil {
 			s.log.Error("persist clean object", "object", o.id, "err", err)
 		}

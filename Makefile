@@ -1,0 +1,59 @@
+# ctxmemd — build, run, test, bench.
+#
+#   make run     build and run the daemon on the embedded default (foreground)
+#   make test    vet, format check, unit + conformance + end-to-end tests (-race)
+#   make bench   benchmarks (Go benchmarks, fio through the mount vs tmpfs,
+#                trace replay); long, not part of make test
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+BIN      := bin/ctxmemd
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TEST_TIMEOUT ?= 40m
+
+# Debian packages the daemon and the tests need.
+RUN_PKGS  := fuse3
+TEST_PKGS := fuse3 fio util-linux e2fsprogs
+
+.PHONY: all build run test bench deps-run deps-test vet fmt-check clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ctxmemd
+
+# apt-get only what is missing, so repeated runs need no network.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+endef
+
+deps-run:
+	$(call apt_install,$(RUN_PKGS))
+
+deps-test:
+	$(call apt_install,$(TEST_PKGS))
+
+run: deps-run build
+	$(SUDO) ./$(BIN) run $(ARGS)
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: deps-test fmt-check vet
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench: deps-test build
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...
+	$(GO) test -count=1 -run 'TestSimulateTrace' -v ./heat/sim/
+	bash tests/bench/run.sh
+
+clean:
+	rm -rf bin dist
