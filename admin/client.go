@@ -1,0 +1,111 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Client talks to a daemon's admin socket. It is safe for concurrent use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the socket at path. It does not connect
+// until a request is made.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:    1,
+		IdleConnTimeout: 10 * time.Second,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Status fetches GET /status. A socket nobody listens on yields an error
+// wrapping ErrNotRunning.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.do(ctx, http.MethodGet, "/status", nil, &st)
+	return st, err
+}
+
+// Prestage asks the daemon to bring path's blocks up to G2.
+func (c *Client) Prestage(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/prestage", pathRequest{Path: path}, nil)
+}
+
+// Evict asks the daemon to demote path's blocks out of G2.
+func (c *Client) Evict(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/evict", pathRequest{Path: path}, nil)
+}
+
+// SetPinned pins or unpins path.
+func (c *Client) SetPinned(ctx context.Context, path string, pinned bool) error {
+	return c.do(ctx, http.MethodPost, "/pin", pathRequest{Path: path, Pinned: &pinned}, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://ctxmemd"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("%w on %s: %v", ErrNotRunning, c.socket, op.Err)
+		}
+		return fmt.Errorf("admin: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("admin: %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb errorBody
+		_ = json.Unmarshal(data, &eb)
+		msg := eb.Error
+		if msg == "" {
+			msg = resp.Status
+		}
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, msg)
+		case http.StatusNotImplemented:
+			return fmt.Errorf("%w: %s", ErrUnsupported, msg)
+		}
+		return fmt.Errorf("admin: %s %s: %s", method, path, msg)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("admin: decode %s: %w", path, err)
+		}
+	}
+	return nil
+}

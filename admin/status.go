@@ -1,0 +1,92 @@
+// Package admin is ctxmemd's control socket: an HTTP/JSON server on a unix
+// socket (mode 0600, default <data_dir>/admin.sock) that reports status and
+// forwards control requests to the daemon, and the client that `ctxmemd
+// status` uses.
+//
+// Endpoints:
+//
+//	GET  /status            → Status
+//	POST /prestage {"path"} → 204; Provider must implement Prestager
+//	POST /evict    {"path"} → 204; Provider must implement Evicter
+//	POST /pin      {"path", "pinned"} → 204; Provider must implement Pinner
+//
+// Errors are {"error": "..."} with 400 (bad request), 404 (no such path),
+// 501 (the daemon does not offer that control) or 500.
+package admin
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// Status is what GET /status returns.
+type Status struct {
+	// Version is the daemon's build version (filled by the Server).
+	Version string `json:"version"`
+	// UptimeSeconds since the Server's Started time (filled by the Server).
+	UptimeSeconds float64 `json:"uptime_s"`
+	// PID of the daemon (filled by the Server).
+	PID     int    `json:"pid"`
+	Mount   string `json:"mount"`
+	DataDir string `json:"data_dir"`
+	// Tiers are the per-tier occupancies, top (G2) first.
+	Tiers []tiering.TierUsage `json:"tiers"`
+	// Stats are the store's counters.
+	Stats tiering.Stats `json:"stats"`
+	// Namespaces are the mounted namespaces.
+	Namespaces []NamespaceStatus `json:"namespaces"`
+}
+
+// NamespaceStatus is one namespace in Status.
+type NamespaceStatus struct {
+	Name      string `json:"name"`
+	Objects   int64  `json:"objects"`
+	Bytes     int64  `json:"bytes"`
+	BlockSize int    `json:"block_size"`
+	// QuotaBytes is 0 when the namespace has no quota.
+	QuotaBytes int64  `json:"quota_bytes"`
+	ModelID    string `json:"model_id,omitempty"`
+	Tenant     string `json:"tenant,omitempty"`
+}
+
+// Provider supplies status; the daemon implements it. Control endpoints
+// are available when the Provider also implements Prestager, Evicter or
+// Pinner.
+type Provider interface {
+	// Status returns the current status; Version, UptimeSeconds and PID are
+	// overwritten by the Server.
+	Status(ctx context.Context) (Status, error)
+}
+
+// Prestager brings every block of the object at path (relative to the
+// mount, e.g. "ns/file.bin") up to G2. Return ErrNotFound for an unknown
+// path.
+type Prestager interface {
+	Prestage(ctx context.Context, path string) error
+}
+
+// Evicter demotes every block of the object at path out of G2.
+type Evicter interface {
+	Evict(ctx context.Context, path string) error
+}
+
+// Pinner pins (keeps in G2) or unpins the object at path.
+type Pinner interface {
+	SetPinned(ctx context.Context, path string, pinned bool) error
+}
+
+// Errors.
+var (
+	// ErrNotFound: a Provider returns it (wrapped) for an unknown path; the
+	// server answers 404 and the client returns an error wrapping it.
+	ErrNotFound = errors.New("admin: no such path")
+	// ErrUnsupported: the daemon does not offer this control (HTTP 501).
+	ErrUnsupported = errors.New("admin: not supported by this daemon")
+	// ErrNotRunning: no daemon answers on the socket (the client could not
+	// connect).
+	ErrNotRunning = errors.New("admin: no daemon is listening")
+	// ErrInUse: Serve found another live daemon on the socket.
+	ErrInUse = errors.New("admin: socket in use by a running daemon")
+)

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/replay"
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// ctxmemd runs the CLI in-process and returns exit code, stdout, stderr.
+func ctxmemd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"ctxmemd"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := ctxmemd(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "ctxmemd "+version+" (go") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	trace := writeTrace(t, dir, [][]int64{{1}})
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"bogus"}, exitUsage, "unknown command"},
+		{[]string{"run", "--dram", "4XB"}, exitUsage, `"4XB"`},
+		{[]string{"run", "--no-such-flag"}, exitUsage, "no-such-flag"},
+		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, exitUsage, "missing.yaml"},
+		{[]string{"replay", "--mount", dir}, exitUsage, "trace"},
+		{[]string{"replay", "--trace", trace, "--mount", dir, "--layout", "zfs"}, exitUsage, "unknown layout"},
+		{[]string{"replay", "--trace", trace, "--mount", dir, "--block-bytes", "lots"}, exitUsage, "--block-bytes"},
+		{[]string{"replay", "--trace", filepath.Join(dir, "none.jsonl"), "--mount", dir}, exitUsage, "none.jsonl"},
+		{[]string{"sim", "--trace", trace, "--policy", "nope"}, exitUsage, "nope"},
+		{[]string{"sim", "--trace", trace, "--capacity", "0"}, exitUsage, "--capacity"},
+	}
+	for _, c := range cases {
+		code, _, errs := ctxmemd(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.msg) {
+			t.Errorf("%v: exit %d (want %d), stderr %q (want %q)", c.args, code, c.code, errs, c.msg)
+		}
+	}
+}
+
+func writeTrace(t *testing.T, dir string, reqs [][]int64) string {
+	t.Helper()
+	var b strings.Builder
+	for i, ids := range reqs {
+		js, _ := json.Marshal(replay.Request{Timestamp: int64(i), InputLength: 512 * len(ids), OutputLength: 1, HashIDs: ids})
+		b.Write(js)
+		b.WriteByte('\n')
+	}
+	p := filepath.Join(dir, "trace.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReplay(t *testing.T) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	trace := writeTrace(t, dir, [][]int64{{1, 2, 3}, {1, 2, 4}, {1, 2, 3, 5}, {9}})
+	code, out, errs := ctxmemd(t, "replay", "--trace", trace, "--mount", mnt, "--block-bytes", "8KiB", "--json", "--concurrency", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// 11 refs, 6 distinct → 5 hits.
+	if res["requests"] != 4.0 || res["blocks"] != 11.0 || res["block_hits"] != 5.0 || res["bytes_written"] != float64(6*8192) ||
+		res["block_hit_ratio"] != 5.0/11 || res["verify_failures"] != 0.0 {
+		t.Errorf("result %v", res)
+	}
+	for _, k := range []string{"byte_hit_ratio", "hits_by_tier", "bytes_read", "read_latency_p50_us", "read_latency_p99_us", "elapsed_s"} {
+		if _, ok := res[k]; !ok {
+			t.Errorf("JSON lacks %s", k)
+		}
+	}
+	tiers := res["hits_by_tier"].(map[string]any)
+	for _, k := range []string{"G2", "G3", "G3.5", "G4", "unknown"} {
+		if _, ok := tiers[k]; !ok {
+			t.Errorf("hits_by_tier lacks %s", k)
+		}
+	}
+	// Corrupt block 2 (referenced 3 times): exit 4, and the table says so.
+	p := filepath.Join(mnt, replay.LayoutFlat.RelPath(2))
+	data, _ := os.ReadFile(p)
+	data[100] ^= 1
+	os.WriteFile(p, data, 0o644)
+	code, out, errs = ctxmemd(t, "replay", "--trace", trace, "--mount", mnt, "--block-bytes", "8KiB", "-q")
+	if code != exitVerify || !strings.Contains(out, "verification failures  3") || !strings.Contains(errs, "offset=100") {
+		t.Errorf("corrupt: exit %d\n%s\n%s", code, out, errs)
+	}
+	// --requests cuts the trace.
+	code, out, _ = ctxmemd(t, "replay", "--trace", trace, "--mount", t.TempDir(), "--requests", "1", "--json")
+	if code != 0 || !strings.Contains(out, `"requests":1,`) || !strings.Contains(out, `"blocks":3,`) {
+		t.Errorf("--requests 1: %d %s", code, out)
+	}
+}
+
+type fakeProvider struct{ st admin.Status }
+
+func (f fakeProvider) Status(context.Context) (admin.Status, error) { return f.st, nil }
+
+func TestStatus(t *testing.T) {
+	dir, err := os.MkdirTemp("", "st") // short path for the socket
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Chdir(dir)
+	sock := filepath.Join(dir, "admin.sock")
+
+	code, _, errs := ctxmemd(t, "status", "--admin", sock)
+	if code != exitNotRunning || !strings.Contains(errs, "is ctxmemd running") {
+		t.Errorf("no daemon: exit %d %s", code, errs)
+	}
+
+	st := admin.Status{Mount: "/mnt/x", DataDir: dir,
+		Tiers: []tiering.TierUsage{{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12}, {Name: "G4", UsedBytes: 1 << 30, Blocks: 4096}},
+		Stats: tiering.Stats{ReadRequests: 4, ReadRequestHits: 3, BlockReads: 10, BlockHits: map[string]int64{"G2": 8, "G4": 1}, BlockMisses: 1,
+			Evictions: map[string]int64{"G2": 2}, CRCErrors: 1, Objects: 7},
+		Namespaces: []admin.NamespaceStatus{{Name: "llama", Objects: 7, Bytes: 5 << 20, BlockSize: 256 << 10}},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: fakeProvider{st}, Version: "v7"})
+	}()
+	defer func() { cancel(); <-errc }()
+	for i := 0; ; i++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if i > 500 {
+			t.Fatal("admin server did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	code, out, errs := ctxmemd(t, "status", "--admin", sock, "--json")
+	if code != 0 {
+		t.Fatalf("status --json: %d %s", code, errs)
+	}
+	var js struct {
+		Version string           `json:"version"`
+		Tiers   []map[string]any `json:"tiers"`
+	}
+	if err := json.Unmarshal([]byte(out), &js); err != nil {
+		t.Fatal(err, out)
+	}
+	if js.Version != "v7" || len(js.Tiers) != 2 || js.Tiers[0]["name"] != "G2" || js.Tiers[0]["used_bytes"] != float64(3<<20) ||
+		js.Tiers[0]["capacity_bytes"] != float64(1<<30) || js.Tiers[1]["blocks"] != 4096.0 {
+		t.Errorf("status JSON: %s", out)
+	}
+
+	// Human form, with the socket found through --data-dir.
+	code, out, errs = ctxmemd(t, "status", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	for _, w := range []string{"ctxmemd v7", "G2", "3.0 MiB", "1.0 GiB", "0.3%", "unbounded", "request 75.0% (3/4)",
+		"block 90.0%", "G2 8, G4 1", "CRC errors", "llama"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestSim(t *testing.T) {
+	dir := t.TempDir()
+	// Blocks 1..3 repeat; capacity 3 holds them all under LRU: refs 9, hits 6.
+	trace := writeTrace(t, dir, [][]int64{{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {4}})
+	code, out, errs := ctxmemd(t, "sim", "--trace", trace, "--capacity", "3,1", "--policy", "lru", "--policy", "opt", "--json", "--requests", "3")
+	if code != 0 {
+		t.Fatalf("sim: %d %s", code, errs)
+	}
+	var res []simResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err, out)
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d results: %s", len(res), out)
+	}
+	got := fmt.Sprintf("%d/%s/%d/%d %d/%s/%d/%d", res[0].Capacity, res[0].Policy, res[0].Refs, res[0].Hits,
+		res[2].Capacity, res[2].Policy, res[2].Refs, res[2].Hits)
+	if got != "3/lru/9/6 1/lru/9/0" {
+		t.Errorf("sim results %s", got)
+	}
+	code, out, _ = ctxmemd(t, "sim", "--trace", trace, "--capacity", "3", "--policy", "lru")
+	if code != 0 || !strings.Contains(out, "HIT RATIO") || !strings.Contains(out, "0.6000") { // 6 of 10 refs
+		t.Errorf("sim table: %d\n%s", code, out)
+	}
+}

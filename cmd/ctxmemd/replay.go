@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/replay"
+)
+
+func replayCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "replay",
+		Usage:     "replay a request trace against a mount: read (and verify) existing blocks, write missing ones",
+		ArgsUsage: " ",
+		Description: "Trace: JSON lines {timestamp (ms), input_length, output_length, hash_ids}. Each block of each " +
+			"request is a file; a hit is read whole and checked against a pattern derived from its id, a miss is " +
+			"written through a temp file and rename. Exit status 4 when any block fails verification.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines; required)"},
+			&cli.StringFlag{Name: "mount", Usage: "directory to replay into", DefaultText: "the configured mount"},
+			&cli.Float64Flag{Name: "speed", Usage: "time scale: 0 ignores timestamps, 1 real time, 10 ten times faster", Value: 0},
+			&cli.IntFlag{Name: "requests", Usage: "replay only the first N requests (0 = all)"},
+			&cli.IntFlag{Name: "concurrency", Usage: "requests in flight", Value: replay.DefaultConcurrency},
+			&cli.StringFlag{Name: "block-bytes", Usage: "size of each block file (512KiB, 4096, ...)", Value: config.FormatSize(replay.DefaultBlockBytes)},
+			&cli.StringFlag{Name: "layout", Usage: "file naming: flat, sglang, vllm, lmcache or nixl", Value: string(replay.LayoutFlat)},
+			&cli.IntFlag{Name: "log-failures", Usage: "log details of the first N failures", Value: replay.DefaultFailureLogs},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bar"},
+		},
+		Action: replayAction,
+	}
+}
+
+func replayAction(c *cli.Context) error {
+	if c.String("trace") == "" {
+		return withCode(exitUsage, errors.New("--trace FILE is required"))
+	}
+	layout, err := replay.ParseLayout(c.String("layout"))
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	bb, err := config.ParseSize(c.String("block-bytes"))
+	if err != nil || bb < 1 || bb > 1<<30 {
+		return withCode(exitUsage, fmt.Errorf("--block-bytes %q: want a size from 1 B to 1 GiB (%v)", c.String("block-bytes"), err))
+	}
+	if c.Int("concurrency") < 1 || c.Float64("speed") < 0 || c.Int("requests") < 0 {
+		return withCode(exitUsage, errors.New("--concurrency must be >= 1, --speed and --requests >= 0"))
+	}
+	mount := c.String("mount")
+	if mount == "" {
+		cfg, err := config.FromCLI(c)
+		if err != nil {
+			return withCode(exitUsage, fmt.Errorf("no --mount given and the configuration does not load: %w", err))
+		}
+		mount = cfg.Mount
+	}
+	reqs, err := replay.LoadTrace(c.String("trace"), c.Int("requests"))
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	opts := replay.Options{
+		Mount: mount, Layout: layout, BlockBytes: int(bb), Concurrency: c.Int("concurrency"),
+		Speed: c.Float64("speed"), FailureLogs: max(c.Int("log-failures"), 1),
+		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, nil)),
+	}
+	if f, ok := c.App.ErrWriter.(*os.File); ok && !c.Bool("quiet") && term.IsTerminal(int(f.Fd())) {
+		opts.Progress = f
+	}
+	res, runErr := replay.Run(c.Context, reqs, opts)
+	if runErr != nil && res.Requests == 0 {
+		if c.Context.Err() != nil {
+			return withCode(exitInterrupted, runErr)
+		}
+		return withCode(exitUsage, runErr)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else if err := res.WriteTable(c.App.Writer); err != nil {
+		return err
+	}
+	switch {
+	case runErr != nil:
+		return withCode(exitInterrupted, fmt.Errorf("replay interrupted after %d requests: %w", res.Requests, runErr))
+	case res.VerifyFailures > 0:
+		return withCode(exitVerify, fmt.Errorf("replay: %d verification failures", res.VerifyFailures))
+	case res.WriteErrors > 0:
+		return withCode(exitWriteErrors, fmt.Errorf("replay: %d blocks could not be written", res.WriteErrors))
+	}
+	return nil
+}

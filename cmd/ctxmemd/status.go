@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/metrics"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show a running daemon's tiers, hit ratios and counters",
+		Description: "Connects to the admin socket: --admin, else admin/data_dir from the same flags, " +
+			"environment and config file `run` uses.",
+		Flags: []cli.Flag{
+			config.ConfigFileFlag(),
+			&cli.StringFlag{Name: "admin", Usage: "admin socket path [$CTXMEM_ADMIN]", DefaultText: "<data_dir>/admin.sock"},
+			&cli.StringFlag{Name: "data-dir", Usage: "data directory of the daemon [$CTXMEM_DATA_DIR]", DefaultText: "./" + config.DevRoot + "/data"},
+			&cli.BoolFlag{Name: "json", Usage: "print the status as one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			sock := c.String("admin")
+			if sock == "" {
+				cfg, err := config.FromCLI(c)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				sock = cfg.Admin
+			}
+			cl := admin.NewClient(sock)
+			defer cl.Close()
+			st, err := cl.Status(c.Context)
+			if errors.Is(err, admin.ErrNotRunning) {
+				return withCode(exitNotRunning, fmt.Errorf("%w (is ctxmemd running? use --admin or --data-dir)", err))
+			}
+			if err != nil {
+				return withCode(exitFailure, err)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			return writeStatus(c.App.Writer, st)
+		},
+	}
+}
+
+// writeStatus prints st as human tables.
+func writeStatus(w io.Writer, st admin.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
+	fmt.Fprintf(tw, "ctxmemd %s\tpid %d, up %s\n", st.Version, st.PID, up)
+	fmt.Fprintf(tw, "mount\t%s\n", st.Mount)
+	fmt.Fprintf(tw, "data dir\t%s\n\n", st.DataDir)
+	fmt.Fprintln(tw, "TIER\tUSED\tCAPACITY\tUSE\tBLOCKS")
+	for _, t := range st.Tiers {
+		capTxt, use := "unbounded", "-"
+		if t.CapacityBytes > 0 {
+			capTxt = config.HumanSize(t.CapacityBytes)
+			use = fmt.Sprintf("%.1f%%", 100*float64(t.UsedBytes)/float64(t.CapacityBytes))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks)
+	}
+	s := st.Stats
+	rq, bl, by := metrics.HitRatios(s)
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "hit ratio\trequest %.1f%% (%d/%d), block %.1f%% (of %d), byte %.1f%% (of %s)\n",
+		100*rq, s.ReadRequestHits, s.ReadRequests, 100*bl, s.BlockReads, 100*by, config.HumanSize(s.ByteReads))
+	fmt.Fprintf(tw, "hits by tier\t%s\n", joinCounts(s.BlockHits))
+	fmt.Fprintf(tw, "misses\t%d blocks\n", s.BlockMisses)
+	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
+	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
+	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
+	fmt.Fprintf(tw, "admissions refused\t%d; dropped %s\n", s.AdmissionsDenied, joinCounts(s.Dropped))
+	fmt.Fprintf(tw, "CRC errors\t%d\n", s.CRCErrors)
+	fmt.Fprintf(tw, "objects\t%d (%d lost since start)\n", s.Objects, s.ObjectsLost)
+	if len(st.Namespaces) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "NAMESPACE\tOBJECTS\tBYTES\tBLOCK\tQUOTA\tMODEL")
+		for _, n := range st.Namespaces {
+			q := "-"
+			if n.QuotaBytes > 0 {
+				q = config.HumanSize(n.QuotaBytes)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.Objects, config.HumanSize(n.Bytes),
+				config.FormatSize(int64(n.BlockSize)), q, n.ModelID)
+		}
+	}
+	return tw.Flush()
+}
+
+// joinCounts renders a counter map as "G2 3, G3 1" (sorted), or "0".
+func joinCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,245 @@
+// Package config is ctxmemd's configuration: one table of options (see
+// Options) from which the command-line flags (urfave/cli/v2), the CTXMEM_*
+// environment variables, the YAML keys of the config file and the README's
+// reference table are all derived, so the four can never disagree.
+//
+// Precedence, highest first: command-line flag, environment variable, YAML
+// config file, built-in default. The config file is --config /
+// CTXMEM_CONFIG, default /etc/ctxmem/ctxmemd.yaml; a missing default file is
+// not an error, a missing file named explicitly is.
+//
+// The option-table idea (one declarative list driving flags, env and docs)
+// follows rclone's vfs/vfscommon/options.go; the code is this project's own.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultConfigFile is the config file read when neither --config nor
+// CTXMEM_CONFIG names one. Packages install it; a checkout has none, which is
+// fine.
+const DefaultConfigFile = "/etc/ctxmem/ctxmemd.yaml"
+
+// DevRoot is the directory, relative to the working directory, under which
+// the built-in defaults put the mount point (DevRoot/mnt) and the data
+// directory (DevRoot/data) when nothing else names them, so that a plain
+// `ctxmemd run` in a source checkout works without root. Packaged installs
+// set mount and data_dir in DefaultConfigFile instead.
+const DevRoot = "ctxmem-data"
+
+// Source says which layer set an option's value.
+type Source int
+
+// Sources, lowest precedence first.
+const (
+	SourceDefault Source = iota // built-in default (or derived from another option)
+	SourceFile                  // the YAML config file
+	SourceEnv                   // a CTXMEM_* environment variable
+	SourceFlag                  // a command-line flag
+)
+
+// String returns "default", "file", "env" or "flag".
+func (s Source) String() string {
+	switch s {
+	case SourceFile:
+		return "file"
+	case SourceEnv:
+		return "env"
+	case SourceFlag:
+		return "flag"
+	}
+	return "default"
+}
+
+// Config is the daemon's resolved configuration. Sizes are bytes,
+// watermarks are fractions of capacity (0–1), thresholds are heat scores
+// (0–100). Paths are absolute after Load.
+type Config struct {
+	// Mount is the FUSE mount point.
+	Mount string
+	// DataDir holds metadata and, by default, G3 segments, the local G4 and
+	// the admin socket.
+	DataDir string
+	// DRAM is the G2 (host DRAM) budget in bytes.
+	DRAM int64
+	// DRAMHigh and DRAMLow are the G2 watermarks (fractions of DRAM).
+	DRAMHigh, DRAMLow float64
+	// DirtyBytes bounds bytes in G2 not yet written back; writers wait above
+	// it. Default DRAM/4.
+	DirtyBytes int64
+	// BlockSize is the default namespace block size in bytes (power of two,
+	// 4 KiB–4 MiB).
+	BlockSize int
+	// G3Dir is the directory of G3 (local NVMe) segment files.
+	G3Dir string
+	// G3Size is the G3 capacity in bytes; 0 disables G3.
+	G3Size int64
+	// G3SegmentSize is the size in bytes of one G3 segment file.
+	G3SegmentSize int64
+	// G3High and G3Low are the G3 watermarks (fractions of G3Size).
+	G3High, G3Low float64
+	// G4 is the object-storage tier location: "file:///abs/path", an
+	// "s3://bucket/prefix" URL, or "none" (G4 disabled).
+	G4 string
+	// G4TTL is how long a block is kept in G4.
+	G4TTL time.Duration
+	// HeatHalfLife is the heat-score decay half-life.
+	HeatHalfLife time.Duration
+	// ColdThreshold and WarmThreshold split heat scores (0–100) into cold
+	// (< cold), warm and hot (>= warm).
+	ColdThreshold, WarmThreshold float64
+	// Admin is the admin unix-socket path.
+	Admin string
+	// Metrics is the Prometheus listen address (host:port); "" disables.
+	Metrics string
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string
+	// Namespaces are the declared namespaces (YAML only).
+	Namespaces []Namespace
+
+	// File is the config file that was read ("" when none was).
+	File string
+
+	sources map[string]Source
+}
+
+// Namespace is one declared namespace: a top-level directory of the mount
+// and the identity that makes its KV bytes reusable across hosts
+// (DESIGN.md, "Data model").
+type Namespace struct {
+	Name string
+	// UID and GID own the namespace directory (default: the daemon's own).
+	UID, GID int
+	// Mode is the directory's permission bits (YAML: octal string, default
+	// "0755").
+	Mode os.FileMode
+	// Quota caps the namespace's bytes; 0 means no quota.
+	Quota int64
+	// BlockSize in bytes; 0 in YAML means the global block_size.
+	BlockSize int
+	// Identity: two hosts share a block only when all of these match.
+	ModelID, ModelRevision, TokenizerRevision string
+	KVDtype, LayoutVersion, Tenant            string
+}
+
+// Source reports which layer set the option named by its YAML key
+// ("dram", "mount", ...). Unknown keys report SourceDefault.
+func (c Config) Source(key string) Source { return c.sources[key] }
+
+// UsesDevRoot reports whether the mount point or the data directory came
+// from the built-in checkout defaults (under DevRoot in the working
+// directory); the daemon says so when it starts.
+func (c Config) UsesDevRoot() bool {
+	return c.Source("mount") == SourceDefault || c.Source("data_dir") == SourceDefault
+}
+
+// Summary returns one line per option, "key = value (source)", in table
+// order, followed by one line per namespace: what the daemon logs at start.
+func (c Config) Summary() []string {
+	var out []string
+	if c.File != "" {
+		out = append(out, "config file = "+c.File)
+	} else {
+		out = append(out, "config file = (none)")
+	}
+	for _, o := range table() {
+		out = append(out, fmt.Sprintf("%s = %s (%s)", o.Key, o.get(&c), c.Source(o.Key)))
+	}
+	for _, ns := range c.Namespaces {
+		out = append(out, fmt.Sprintf("namespace %s uid=%d gid=%d mode=%#o quota=%s block_size=%s model=%s@%s tenant=%s",
+			ns.Name, ns.UID, ns.GID, ns.Mode, FormatSize(ns.Quota), FormatSize(int64(ns.BlockSize)),
+			ns.ModelID, ns.ModelRevision, ns.Tenant))
+	}
+	return out
+}
+
+// SlogLevel maps LogLevel to a slog.Level (unknown values → Info; Load
+// rejects them anyway).
+func (c Config) SlogLevel() slog.Level {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn", "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// G4Path returns the directory of a file:// G4 and true, or "" and false
+// when G4 is "none" or not a local directory.
+func (c Config) G4Path() (string, bool) {
+	if p, ok := strings.CutPrefix(c.G4, "file://"); ok {
+		return p, true
+	}
+	return "", false
+}
+
+// G4Enabled reports whether a G4 tier is configured (G4 != "none").
+func (c Config) G4Enabled() bool { return c.G4 != "none" }
+
+// EnsureDirs creates the mount point, the data directory (mode 0700), the
+// G3 directory and a local G4 directory when they do not exist yet. It
+// returns the first mkdir error.
+func (c Config) EnsureDirs() error {
+	dirs := []struct {
+		path string
+		mode os.FileMode
+	}{{c.DataDir, 0o700}, {c.Mount, 0o755}}
+	if c.G3Size > 0 {
+		dirs = append(dirs, struct {
+			path string
+			mode os.FileMode
+		}{c.G3Dir, 0o700})
+	}
+	if p, ok := c.G4Path(); ok {
+		dirs = append(dirs, struct {
+			path string
+			mode os.FileMode
+		}{p, 0o700})
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return fmt.Errorf("config: create %s: %w", d.path, err)
+		}
+	}
+	return nil
+}
+
+// absPath makes p absolute against the working directory and cleans it.
+func absPath(p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	if strings.HasPrefix(p, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(home, p[2:])
+	}
+	return filepath.Abs(p)
+}
+
+// UnixMode returns the namespace directory's mode as raw unix permission
+// bits (0–07777, setuid/setgid/sticky included), for FUSE attributes.
+func (n Namespace) UnixMode() uint32 {
+	m := uint32(n.Mode.Perm())
+	if n.Mode&os.ModeSetuid != 0 {
+		m |= 0o4000
+	}
+	if n.Mode&os.ModeSetgid != 0 {
+		m |= 0o2000
+	}
+	if n.Mode&os.ModeSticky != 0 {
+		m |= 0o1000
+	}
+	return m
+}

@@ -1,0 +1,295 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Option is one row of the options table: a YAML key and the flag and
+// environment variable derived from it, the default as text (parsed exactly
+// like user input, or a description such as "<data_dir>/g3" for derived
+// defaults) and a one-line help.
+type Option struct {
+	// Key is the YAML key ("data_dir").
+	Key string
+	// Flag is the long flag name without dashes ("data-dir").
+	Flag string
+	// Env is the environment variable ("CTXMEM_DATA_DIR").
+	Env string
+	// Default is the default as shown to users.
+	Default string
+	// Help is a one-line description.
+	Help string
+
+	// set parses a user value into the config.
+	set func(c *Config, v string) error
+	// get renders the current value (for Summary).
+	get func(c *Config) string
+	// derive fills the value from other options when it is still the zero
+	// value after all layers; nil means Default is parsed literally.
+	derive func(c *Config)
+}
+
+// EnvPrefix prefixes every environment variable.
+const EnvPrefix = "CTXMEM_"
+
+// ConfigFlag and ConfigEnv name the config-file flag and variable, which
+// sit outside the table (they say where the table's YAML comes from).
+const (
+	ConfigFlag = "config"
+	ConfigEnv  = EnvPrefix + "CONFIG"
+)
+
+// Options returns the options table in documentation order. The returned
+// slice is a fresh copy.
+func Options() []Option { return table() }
+
+func opt(key, def, help string, set func(*Config, string) error, get func(*Config) string) Option {
+	return Option{
+		Key: key, Flag: strings.ReplaceAll(key, "_", "-"), Env: EnvPrefix + strings.ToUpper(key),
+		Default: def, Help: help, set: set, get: get,
+	}
+}
+
+func derived(o Option, derive func(*Config)) Option {
+	o.derive = derive
+	return o
+}
+
+func table() []Option {
+	return []Option{
+		opt("mount", "./"+DevRoot+"/mnt", "FUSE mount point (created if missing)",
+			setString(func(c *Config) *string { return &c.Mount }), getString(func(c *Config) *string { return &c.Mount })),
+		opt("data_dir", "./"+DevRoot+"/data", "data directory: metadata, G3 segments and local G4 by default, admin socket",
+			setString(func(c *Config) *string { return &c.DataDir }), getString(func(c *Config) *string { return &c.DataDir })),
+		opt("dram", "1GiB", "G2 (host DRAM) budget; sizes accept 4096, 512MiB, 4GiB, 1G (all units binary)",
+			setSize(func(c *Config) *int64 { return &c.DRAM }), getSize(func(c *Config) *int64 { return &c.DRAM })),
+		opt("dram_high", "0.90", "G2 high watermark (fraction of dram or percent): demotion starts above it",
+			setFraction(func(c *Config) *float64 { return &c.DRAMHigh }), getFloat(func(c *Config) *float64 { return &c.DRAMHigh })),
+		opt("dram_low", "0.75", "G2 low watermark: demotion stops below it",
+			setFraction(func(c *Config) *float64 { return &c.DRAMLow }), getFloat(func(c *Config) *float64 { return &c.DRAMLow })),
+		derived(opt("dirty_bytes", "dram/4", "bound on dirty (not yet written back) bytes in G2; writers wait above it; 0 = dram/4",
+			setSize(func(c *Config) *int64 { return &c.DirtyBytes }), getSize(func(c *Config) *int64 { return &c.DirtyBytes })),
+			func(c *Config) { c.DirtyBytes = c.DRAM / 4 }),
+		opt("block_size", "256KiB", "default namespace block size: power of two, 4KiB to 4MiB",
+			setBlockSize(func(c *Config) *int { return &c.BlockSize }), getInt(func(c *Config) *int { return &c.BlockSize })),
+		derived(opt("g3_dir", "<data_dir>/g3", "directory of G3 (local NVMe) segment files",
+			setString(func(c *Config) *string { return &c.G3Dir }), getString(func(c *Config) *string { return &c.G3Dir })),
+			func(c *Config) { c.G3Dir = filepath.Join(c.DataDir, "g3") }),
+		opt("g3_size", "10GiB", "G3 capacity (fixed default, not a fraction of the filesystem); 0 disables G3",
+			setSize(func(c *Config) *int64 { return &c.G3Size }), getSize(func(c *Config) *int64 { return &c.G3Size })),
+		opt("g3_segment_size", "32MiB", "size of one G3 segment file (at least the largest block size)",
+			setSize(func(c *Config) *int64 { return &c.G3SegmentSize }), getSize(func(c *Config) *int64 { return &c.G3SegmentSize })),
+		opt("g3_high", "0.90", "G3 high watermark (fraction of g3_size or percent)",
+			setFraction(func(c *Config) *float64 { return &c.G3High }), getFloat(func(c *Config) *float64 { return &c.G3High })),
+		opt("g3_low", "0.75", "G3 low watermark",
+			setFraction(func(c *Config) *float64 { return &c.G3Low }), getFloat(func(c *Config) *float64 { return &c.G3Low })),
+		derived(opt("g4", "file://<data_dir>/g4", "G4 object store: file:///abs/path, s3://bucket/prefix, or none to disable",
+			setG4, func(c *Config) string { return c.G4 }),
+			func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
+		opt("g4_ttl", "72h", "how long cold blocks are kept in G4 (Go duration, or days as 3d)",
+			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
+		opt("heat_half_life", "60s", "half-life of the block heat score",
+			setDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife }), getDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife })),
+		opt("cold_threshold", "30", "heat score (0-100) under which a block is cold",
+			setScore(func(c *Config) *float64 { return &c.ColdThreshold }), getFloat(func(c *Config) *float64 { return &c.ColdThreshold })),
+		opt("warm_threshold", "60", "heat score (0-100) from which a block is hot; between the two it is warm",
+			setScore(func(c *Config) *float64 { return &c.WarmThreshold }), getFloat(func(c *Config) *float64 { return &c.WarmThreshold })),
+		derived(opt("admin", "<data_dir>/admin.sock", "admin unix socket (mode 0600) used by ctxmemd status",
+			setString(func(c *Config) *string { return &c.Admin }), getString(func(c *Config) *string { return &c.Admin })),
+			func(c *Config) { c.Admin = filepath.Join(c.DataDir, "admin.sock") }),
+		opt("metrics", "127.0.0.1:9464", "Prometheus /metrics listen address (host:port); empty disables",
+			setString(func(c *Config) *string { return &c.Metrics }), getString(func(c *Config) *string { return &c.Metrics })),
+		opt("log_level", "info", "log level: debug, info, warn or error",
+			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),
+	}
+}
+
+func setString(f func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *f(c) = strings.TrimSpace(v); return nil }
+}
+
+func getString(f func(*Config) *string) func(*Config) string {
+	return func(c *Config) string { return *f(c) }
+}
+
+func setSize(f func(*Config) *int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+func getSize(f func(*Config) *int64) func(*Config) string {
+	return func(c *Config) string { return FormatSize(*f(c)) }
+}
+
+func setBlockSize(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		if n > math.MaxInt32 {
+			return fmt.Errorf("block size %q is too large", v)
+		}
+		*f(c) = int(n)
+		return nil
+	}
+}
+
+func getInt(f func(*Config) *int) func(*Config) string {
+	return func(c *Config) string { return FormatSize(int64(*f(c))) }
+}
+
+// parseFraction accepts "0.9", ".9" or "90%".
+func parseFraction(v string) (float64, error) {
+	t := strings.TrimSpace(v)
+	pct := strings.HasSuffix(t, "%")
+	x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
+	if err != nil || math.IsNaN(x) {
+		return 0, fmt.Errorf("%q is not a number or percentage", v)
+	}
+	if pct {
+		x /= 100
+	}
+	if x <= 0 || x > 1 {
+		return 0, fmt.Errorf("%q is outside (0, 1] (write 0.9 or 90%%)", v)
+	}
+	return x, nil
+}
+
+func setFraction(f func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		x, err := parseFraction(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = x
+		return nil
+	}
+}
+
+func getFloat(f func(*Config) *float64) func(*Config) string {
+	return func(c *Config) string { return strconv.FormatFloat(*f(c), 'g', -1, 64) }
+}
+
+func setScore(f func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(x) {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		if x < 0 || x > 100 {
+			return fmt.Errorf("heat score %q is outside 0-100", v)
+		}
+		*f(c) = x
+		return nil
+	}
+}
+
+// parseDuration accepts Go durations ("90s", "72h") and whole or
+// fractional days ("3d", "1.5d").
+func parseDuration(v string) (time.Duration, error) {
+	t := strings.TrimSpace(v)
+	if d, ok := strings.CutSuffix(t, "d"); ok {
+		x, err := strconv.ParseFloat(d, 64)
+		if err == nil && x >= 0 && x*24 < math.MaxInt64/float64(time.Hour) {
+			return time.Duration(x * 24 * float64(time.Hour)), nil
+		}
+	}
+	dur, err := time.ParseDuration(t)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (write 60s, 72h or 3d)", v)
+	}
+	if dur < 0 {
+		return 0, fmt.Errorf("duration %q is negative", v)
+	}
+	return dur, nil
+}
+
+func setDuration(f func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		if err != nil {
+			return err
+		}
+		*f(c) = d
+		return nil
+	}
+}
+
+func getDuration(f func(*Config) *time.Duration) func(*Config) string {
+	return func(c *Config) string { return f(c).String() }
+}
+
+func setLogLevel(c *Config, v string) error {
+	l := strings.ToLower(strings.TrimSpace(v))
+	switch l {
+	case "debug", "info", "warn", "error":
+	case "warning":
+		l = "warn"
+	default:
+		return fmt.Errorf("log level %q is not one of debug, info, warn, error", v)
+	}
+	c.LogLevel = l
+	return nil
+}
+
+// setG4 accepts "none", "" (derived default), file:// URLs, plain paths
+// (stored as file:// URLs once made absolute by Load) and s3:// URLs.
+func setG4(c *Config, v string) error {
+	t := strings.TrimSpace(v)
+	switch {
+	case t == "" || strings.EqualFold(t, "none"):
+		c.G4 = strings.ToLower(t)
+		return nil
+	case !strings.Contains(t, "://"):
+		c.G4 = "file://" + t // made absolute in Load
+		return nil
+	}
+	u, err := url.Parse(t)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", v, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return fmt.Errorf("%q: a file URL needs three slashes and an absolute path (file:///var/lib/ctxmem/g4)", v)
+		}
+		if u.Path == "" {
+			return fmt.Errorf("%q: file URL has no path", v)
+		}
+		c.G4 = "file://" + u.Path
+	case "s3":
+		if u.Host == "" {
+			return fmt.Errorf("%q: s3 URL has no bucket (s3://bucket/prefix)", v)
+		}
+		c.G4 = t
+	default:
+		return fmt.Errorf("%q: unsupported scheme %q (file, s3 or none)", v, u.Scheme)
+	}
+	return nil
+}
+
+// checkAddr validates a host:port listen address.
+func checkAddr(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", a, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q has a bad port", a)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Block-size limits in bytes (DESIGN.md: KV blocks of 4 KiB to 4 MiB).
+const (
+	MinBlockSize = 4 << 10
+	MaxBlockSize = 4 << 20
+)
+
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path is
+// 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// Validate checks the whole configuration and returns every problem found,
+// joined (errors.Join), each naming its key: empty paths, a data directory
+// inside the mount, watermarks with low >= high, block sizes that are not
+// powers of two in 4 KiB–4 MiB, a segment smaller than a block, dirty bytes
+// above dram, thresholds out of order, a bad metrics address, a socket path
+// too long, duplicate or malformed namespaces.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if c.Mount == "" {
+		bad("mount", "must not be empty")
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if c.Mount != "" && c.DataDir != "" {
+		if c.Mount == c.DataDir {
+			bad("data_dir", "must differ from mount (%s)", c.Mount)
+		}
+		for _, p := range []struct{ key, path string }{{"data_dir", c.DataDir}, {"g3_dir", c.G3Dir}, {"admin", c.Admin}} {
+			if p.path != "" && within(p.path, c.Mount) {
+				bad(p.key, "%s is inside the mount point %s (the daemon would store into itself)", p.path, c.Mount)
+			}
+		}
+		if g4, ok := c.G4Path(); ok && within(g4, c.Mount) {
+			bad("g4", "%s is inside the mount point %s", g4, c.Mount)
+		}
+	}
+	if !validBlockSize(int64(c.BlockSize)) {
+		bad("block_size", "%s is not a power of two between 4KiB and 4MiB", FormatSize(int64(c.BlockSize)))
+	}
+	if c.DRAM < int64(MaxBlockSize) {
+		bad("dram", "%s is too small (at least 4MiB)", FormatSize(c.DRAM))
+	}
+	checkWatermarks := func(hk, lk string, h, l float64) {
+		if l >= h {
+			bad(lk, "low watermark %g must be below %s %g", l, hk, h)
+		}
+	}
+	checkWatermarks("dram_high", "dram_low", c.DRAMHigh, c.DRAMLow)
+	checkWatermarks("g3_high", "g3_low", c.G3High, c.G3Low)
+	if c.DirtyBytes <= 0 || c.DirtyBytes > c.DRAM {
+		bad("dirty_bytes", "%s must be above 0 and at most dram (%s)", FormatSize(c.DirtyBytes), FormatSize(c.DRAM))
+	}
+	maxBlock := int64(c.BlockSize)
+	for _, ns := range c.Namespaces {
+		maxBlock = max(maxBlock, int64(ns.BlockSize))
+	}
+	if c.G3Size < 0 {
+		bad("g3_size", "must not be negative")
+	}
+	if c.G3Size > 0 {
+		if c.G3Dir == "" {
+			bad("g3_dir", "must not be empty when g3_size > 0")
+		}
+		if c.G3SegmentSize < maxBlock {
+			bad("g3_segment_size", "%s is smaller than the largest block size %s", FormatSize(c.G3SegmentSize), FormatSize(maxBlock))
+		}
+		if c.G3Size < c.G3SegmentSize {
+			bad("g3_size", "%s is smaller than one segment (%s); use 0 to disable G3", FormatSize(c.G3Size), FormatSize(c.G3SegmentSize))
+		}
+	}
+	if c.G4 == "" {
+		bad("g4", "must not be empty (use none to disable)")
+	}
+	if c.G4TTL <= 0 {
+		bad("g4_ttl", "must be positive")
+	}
+	if c.HeatHalfLife <= 0 {
+		bad("heat_half_life", "must be positive")
+	}
+	if c.ColdThreshold >= c.WarmThreshold {
+		bad("cold_threshold", "%g must be below warm_threshold %g", c.ColdThreshold, c.WarmThreshold)
+	}
+	switch {
+	case c.Admin == "":
+		bad("admin", "must not be empty")
+	case len(c.Admin) > maxSocketPath:
+		bad("admin", "socket path %s is %d bytes, longer than the %d a unix socket allows; set admin to a shorter path",
+			c.Admin, len(c.Admin), maxSocketPath)
+	}
+	if c.Metrics != "" {
+		if err := checkAddr(c.Metrics); err != nil {
+			bad("metrics", "%v", err)
+		}
+	}
+	if err := setLogLevel(&Config{}, c.LogLevel); err != nil {
+		bad("log_level", "%v", err)
+	}
+	names := map[string]bool{}
+	for i, ns := range c.Namespaces {
+		key := fmt.Sprintf("namespaces[%d]", i)
+		switch {
+		case ns.Name == "":
+			bad(key, "name is missing")
+		case ns.Name == "." || ns.Name == ".." || strings.ContainsAny(ns.Name, "/\x00") || len(ns.Name) > 255:
+			bad(key, "name %q is not a valid directory name", ns.Name)
+		case names[ns.Name]:
+			bad(key, "name %q is declared twice", ns.Name)
+		}
+		names[ns.Name] = true
+		if !validBlockSize(int64(ns.BlockSize)) {
+			bad(key, "block_size %s of namespace %q is not a power of two between 4KiB and 4MiB", FormatSize(int64(ns.BlockSize)), ns.Name)
+		}
+		if ns.Quota < 0 {
+			bad(key, "quota is negative")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validBlockSize(n int64) bool {
+	return n >= MinBlockSize && n <= MaxBlockSize && n&(n-1) == 0
+}
+
+// within reports whether path p is dir or inside it (both absolute, clean).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}

@@ -1,0 +1,177 @@
+// Package metrics exports ctxmemd's status as Prometheus metrics: a custom
+// prometheus.Collector that reads a snapshot function on every scrape (no
+// global registry, no state of its own), an HTTP handler and Serve, which
+// listens on a (by default loopback) address until its context ends.
+//
+// Series (all prefixed ctxmem_):
+//
+//	tier_used_bytes{tier}, tier_capacity_bytes{tier}, tier_blocks{tier}   gauges
+//	tier_high_watermark_ratio{tier}, tier_low_watermark_ratio{tier}       gauges (when set)
+//	read_requests_total, read_request_hits_total                         counters
+//	block_reads_total, block_misses_total, block_hits_total{tier}        counters
+//	read_bytes_total, byte_hits_total{tier}                              counters
+//	hit_ratio{kind="request"|"block"|"byte"}                             gauges (0–1, since start)
+//	dirty_bytes, dirty_limit_bytes                                       gauges
+//	writer_waits_total, promotions_total                                 counters
+//	evictions_total{tier}, demotions_total{tier}, dropped_blocks_total{reason} counters
+//	admissions_refused_total, crc_errors_total, objects_lost_total       counters
+//	objects                                                              gauge
+//	build_info{version}                                                  gauge (1)
+package metrics
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// Snapshot is what one scrape reports.
+type Snapshot struct {
+	Tiers []tiering.TierUsage
+	Stats tiering.Stats
+}
+
+// SnapshotFunc returns the current snapshot; it is called once per scrape
+// and must be safe for concurrent use.
+type SnapshotFunc func() Snapshot
+
+// Collector is a prometheus.Collector over a SnapshotFunc.
+type Collector struct {
+	snap    SnapshotFunc
+	version string
+	descs   descs
+}
+
+type descs struct {
+	tierUsed, tierCap, tierBlocks, tierHigh, tierLow          *prometheus.Desc
+	reqs, reqHits, blockReads, blockMisses, blockHits         *prometheus.Desc
+	byteReads, byteHits, hitRatio                             *prometheus.Desc
+	dirty, dirtyLimit, writerWaits, promotions                *prometheus.Desc
+	evictions, demotions, dropped, admRefused, crc, lost, obj *prometheus.Desc
+	build                                                     *prometheus.Desc
+}
+
+const ns = "ctxmem"
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
+}
+
+// NewCollector returns a collector that calls snap on every scrape and
+// reports version in ctxmem_build_info.
+func NewCollector(snap SnapshotFunc, version string) *Collector {
+	return &Collector{snap: snap, version: version, descs: descs{
+		tierUsed:    newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
+		tierCap:     newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
+		tierBlocks:  newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
+		tierHigh:    newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
+		tierLow:     newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
+		reqs:        newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
+		reqHits:     newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
+		blockReads:  newDesc("block_reads_total", "Block reads."),
+		blockMisses: newDesc("block_misses_total", "Block reads that found the block in no tier."),
+		blockHits:   newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
+		byteReads:   newDesc("read_bytes_total", "Bytes requested by reads."),
+		byteHits:    newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
+		hitRatio:    newDesc("hit_ratio", "Hit ratio since start by kind: request, block or byte.", "kind"),
+		dirty:       newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
+		dirtyLimit:  newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
+		writerWaits: newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
+		promotions:  newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
+		evictions:   newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
+		demotions:   newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
+		dropped:     newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
+		admRefused:  newDesc("admissions_refused_total", "Blocks refused by admission control."),
+		crc:         newDesc("crc_errors_total", "CRC32C mismatches found on reads from G3, G3.5 or G4."),
+		lost:        newDesc("objects_lost_total", "Objects removed because a block was gone from every tier."),
+		obj:         newDesc("objects", "Live objects."),
+		build:       newDesc("build_info", "Build information; value 1.", "version"),
+	}}
+}
+
+// Describe sends every descriptor.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	d := c.descs
+	for _, x := range []*prometheus.Desc{d.tierUsed, d.tierCap, d.tierBlocks, d.tierHigh, d.tierLow,
+		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
+		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
+		d.admRefused, d.crc, d.lost, d.obj, d.build} {
+		ch <- x
+	}
+}
+
+// Collect takes one snapshot and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.snap()
+	d := c.descs
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(desc *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
+	}
+	byLabel := func(desc *prometheus.Desc, m map[string]int64) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			counter(desc, m[k], k)
+		}
+	}
+	for _, t := range s.Tiers {
+		gauge(d.tierUsed, float64(t.UsedBytes), t.Name)
+		gauge(d.tierCap, float64(t.CapacityBytes), t.Name)
+		gauge(d.tierBlocks, float64(t.Blocks), t.Name)
+		if t.HighWatermark > 0 {
+			gauge(d.tierHigh, t.HighWatermark, t.Name)
+		}
+		if t.LowWatermark > 0 {
+			gauge(d.tierLow, t.LowWatermark, t.Name)
+		}
+	}
+	st := s.Stats
+	counter(d.reqs, st.ReadRequests)
+	counter(d.reqHits, st.ReadRequestHits)
+	counter(d.blockReads, st.BlockReads)
+	counter(d.blockMisses, st.BlockMisses)
+	byLabel(d.blockHits, st.BlockHits)
+	counter(d.byteReads, st.ByteReads)
+	byLabel(d.byteHits, st.ByteHits)
+	gauge(d.hitRatio, ratio(st.ReadRequestHits, st.ReadRequests), "request")
+	gauge(d.hitRatio, ratio(sum(st.BlockHits), st.BlockReads), "block")
+	gauge(d.hitRatio, ratio(sum(st.ByteHits), st.ByteReads), "byte")
+	gauge(d.dirty, float64(st.DirtyBytes))
+	gauge(d.dirtyLimit, float64(st.DirtyLimitBytes))
+	counter(d.writerWaits, st.WriterWaits)
+	counter(d.promotions, st.Promotions)
+	byLabel(d.evictions, st.Evictions)
+	byLabel(d.demotions, st.Demotions)
+	byLabel(d.dropped, st.Dropped)
+	counter(d.admRefused, st.AdmissionsDenied)
+	counter(d.crc, st.CRCErrors)
+	counter(d.lost, st.ObjectsLost)
+	gauge(d.obj, float64(st.Objects))
+	gauge(d.build, 1, c.version)
+}
+
+// HitRatios returns the request, block and byte hit ratios (0–1; 0 when
+// nothing was read) of st, as exported in ctxmem_hit_ratio. Block and byte
+// hits sum every tier, holes excluded from neither.
+func HitRatios(st tiering.Stats) (request, block, byte float64) {
+	return ratio(st.ReadRequestHits, st.ReadRequests), ratio(sum(st.BlockHits), st.BlockReads), ratio(sum(st.ByteHits), st.ByteReads)
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func ratio(a, b int64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,214 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+func snapshot(objects int64) Snapshot {
+	return Snapshot{
+		Tiers: []tiering.TierUsage{
+			{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12, HighWatermark: 0.9, LowWatermark: 0.75},
+			{Name: "G3", UsedBytes: 5 << 20, CapacityBytes: 10 << 30, Blocks: 20},
+			{Name: "G4", UsedBytes: 7, CapacityBytes: 0, Blocks: 1},
+		},
+		Stats: tiering.Stats{
+			ReadRequests: 10, ReadRequestHits: 7,
+			BlockReads: 40, BlockHits: map[string]int64{"G2": 25, "G3": 5, "G4": 2}, BlockMisses: 8,
+			ByteReads: 4000, ByteHits: map[string]int64{"G2": 2500, "G3": 500},
+			DirtyBytes: 1 << 20, DirtyLimitBytes: 256 << 20, WriterWaits: 2,
+			Evictions: map[string]int64{"G2": 3, "G3": 1}, Demotions: map[string]int64{"G3": 4}, Promotions: 6,
+			AdmissionsDenied: 9, Dropped: map[string]int64{"admission": 9}, CRCErrors: 1, ObjectsLost: 2, Objects: objects,
+		},
+	}
+}
+
+// scrape serves on a loopback listener and returns the parsed families
+// of one GET /metrics.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("scrape: %s %s", resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// value returns the value of the series name{labels} (labels as k=v pairs).
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	if !ok {
+		t.Errorf("no family %s", name)
+		return -1
+	}
+next:
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		for _, kv := range labels {
+			k, v, _ := strings.Cut(kv, "=")
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Untyped != nil:
+			return m.Untyped.GetValue()
+		}
+	}
+	t.Errorf("no series %s%v", name, labels)
+	return -1
+}
+
+func TestScrape(t *testing.T) {
+	var objects atomic.Int64
+	objects.Store(4)
+	calls := atomic.Int64{}
+	snap := func() Snapshot { calls.Add(1); return snapshot(objects.Load()) }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- ServeListener(ctx, ln, snap, "v9") }()
+	addr := ln.Addr().String()
+
+	fams := scrape(t, addr)
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"ctxmem_tier_used_bytes", []string{"tier=G2"}, 3 << 20},
+		{"ctxmem_tier_used_bytes", []string{"tier=G3"}, 5 << 20},
+		{"ctxmem_tier_capacity_bytes", []string{"tier=G3"}, 10 << 30},
+		{"ctxmem_tier_capacity_bytes", []string{"tier=G4"}, 0},
+		{"ctxmem_tier_blocks", []string{"tier=G2"}, 12},
+		{"ctxmem_tier_high_watermark_ratio", []string{"tier=G2"}, 0.9},
+		{"ctxmem_read_requests_total", nil, 10},
+		{"ctxmem_read_request_hits_total", nil, 7},
+		{"ctxmem_block_hits_total", []string{"tier=G4"}, 2},
+		{"ctxmem_block_misses_total", nil, 8},
+		{"ctxmem_byte_hits_total", []string{"tier=G3"}, 500},
+		{"ctxmem_hit_ratio", []string{"kind=request"}, 0.7},
+		{"ctxmem_hit_ratio", []string{"kind=block"}, 32.0 / 40},
+		{"ctxmem_hit_ratio", []string{"kind=byte"}, 3000.0 / 4000},
+		{"ctxmem_dirty_bytes", nil, 1 << 20},
+		{"ctxmem_dirty_limit_bytes", nil, 256 << 20},
+		{"ctxmem_evictions_total", []string{"tier=G2"}, 3},
+		{"ctxmem_demotions_total", []string{"tier=G3"}, 4},
+		{"ctxmem_promotions_total", nil, 6},
+		{"ctxmem_admissions_refused_total", nil, 9},
+		{"ctxmem_dropped_blocks_total", []string{"reason=admission"}, 9},
+		{"ctxmem_crc_errors_total", nil, 1},
+		{"ctxmem_objects_lost_total", nil, 2},
+		{"ctxmem_objects", nil, 4},
+		{"ctxmem_writer_waits_total", nil, 2},
+		{"ctxmem_build_info", []string{"version=v9"}, 1},
+	}
+	for _, c := range checks {
+		if got := value(t, fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+	if fams["ctxmem_read_requests_total"].GetType() != dto.MetricType_COUNTER || fams["ctxmem_objects"].GetType() != dto.MetricType_GAUGE {
+		t.Error("wrong metric types")
+	}
+	if _, ok := fams["ctxmem_tier_high_watermark_ratio"]; ok && len(fams["ctxmem_tier_high_watermark_ratio"].Metric) != 1 {
+		t.Error("watermark series for tiers without watermarks")
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics")
+	}
+	// Every scrape reads a fresh snapshot.
+	objects.Store(11)
+	if got := value(t, scrape(t, addr), "ctxmem_objects"); got != 11 {
+		t.Errorf("second scrape objects = %g", got)
+	}
+	if calls.Load() != 2 {
+		t.Errorf("snapshot called %d times for 2 scrapes", calls.Load())
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("ServeListener after cancel: %v", err)
+	}
+	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		t.Error("still serving after ctx ended")
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = Serve(context.Background(), ln.Addr().String(), func() Snapshot { return Snapshot{} }, "")
+	if err == nil || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("Serve on a busy port: %v", err)
+	}
+	// Serve on a free port stops with its context; an empty snapshot scrapes.
+	ctx, cancel := context.WithCancel(context.Background())
+	probe, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := probe.Addr().String()
+	probe.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- Serve(ctx, addr, func() Snapshot { return Snapshot{} }, "") }()
+	var fams map[string]*dto.MetricFamily
+	for range 200 {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			resp.Body.Close()
+			fams = scrape(t, addr)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fams == nil {
+		t.Fatal("Serve never answered")
+	}
+	if v := value(t, fams, "ctxmem_hit_ratio", "kind=block"); v != 0 {
+		t.Errorf("empty hit ratio = %g", v)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Error(err)
+	}
+}
+
+func TestHitRatios(t *testing.T) {
+	r, b, y := HitRatios(snapshot(0).Stats)
+	if fmt.Sprint(r, b, y) != fmt.Sprint(0.7, 0.8, 0.75) {
+		t.Errorf("HitRatios = %g %g %g", r, b, y)
+	}
+}

@@ -1,0 +1,69 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewRegistry returns a fresh registry holding a Collector over snap plus
+// the Go runtime and process collectors.
+func NewRegistry(snap SnapshotFunc, version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(snap, version),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves reg in the Prometheus exposition formats at any path.
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Serve listens on addr (host:port; ctxmemd's default is 127.0.0.1:9464)
+// and serves /metrics from a NewRegistry(snap, version) until ctx ends. It
+// returns nil after ctx ends and the server has shut down, or the listen
+// or serve error.
+func Serve(ctx context.Context, addr string, snap SnapshotFunc, version string) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+	}
+	return ServeListener(ctx, ln, snap, version)
+}
+
+// ServeListener is Serve on an existing listener (which it closes).
+func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, version string) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", Handler(NewRegistry(snap, version)))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ctxmemd metrics: see /metrics")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("metrics: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("metrics: shutdown: %w", err)
+	}
+	return nil
+}

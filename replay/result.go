@@ -1,0 +1,117 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Tier names counted in Result.HitsByTier (the ctxmemd tiers plus
+// TierUnknown).
+func countedTiers() []string { return []string{"G2", "G3", "G3.5", "G4", TierUnknown} }
+
+// Result is a replay's outcome. Ratios are 0–1; a hit is a block whose file
+// existed and read back complete and correct; a miss is a block that had to
+// be written. Blocks = BlockHits + BlockMisses + VerifyFailures (+ blocks
+// skipped by cancellation).
+type Result struct {
+	Requests int64 `json:"requests"`
+	// RequestHits counts requests all of whose blocks hit.
+	RequestHits     int64   `json:"request_hits"`
+	RequestHitRatio float64 `json:"request_hit_ratio"`
+	Blocks          int64   `json:"blocks"`
+	BlockHits       int64   `json:"block_hits"`
+	BlockMisses     int64   `json:"block_misses"`
+	BlockHitRatio   float64 `json:"block_hit_ratio"`
+	// ByteHitRatio is verified bytes read over bytes requested
+	// (Blocks × BlockBytes); with fixed-size block files it equals
+	// BlockHitRatio.
+	ByteHitRatio float64 `json:"byte_hit_ratio"`
+	// HitsByTier counts hits by the tier named first in the file's
+	// user.ctxmem.tier xattr before the read: keys "G2", "G3", "G3.5",
+	// "G4", "unknown" (always present) and any other name the daemon
+	// reports.
+	HitsByTier     map[string]int64 `json:"hits_by_tier"`
+	BytesWritten   int64            `json:"bytes_written"`
+	BytesRead      int64            `json:"bytes_read"`
+	VerifyFailures int64            `json:"verify_failures"`
+	// WriteErrors counts misses whose write or rename failed.
+	WriteErrors int64 `json:"write_errors"`
+	// ReadLatency percentiles of open+read+close per hit block, µs.
+	ReadLatencyP50us float64 `json:"read_latency_p50_us"`
+	ReadLatencyP99us float64 `json:"read_latency_p99_us"`
+	// MiBPerSec is (BytesRead + BytesWritten) / Elapsed in MiB/s.
+	MiBPerSec  float64 `json:"mib_per_s"`
+	ElapsedS   float64 `json:"elapsed_s"`
+	BlockBytes int     `json:"block_bytes"`
+	Layout     string  `json:"layout"`
+	Mount      string  `json:"mount"`
+}
+
+// percentileUs returns the q-quantile (0–1, nearest rank) of sorted
+// durations in ns, in µs; 0 for none.
+func percentileUs(sorted []int64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i]) / 1e3
+}
+
+func (r *Result) finish(lat []int64, elapsed time.Duration) {
+	slices.Sort(lat)
+	r.ReadLatencyP50us = percentileUs(lat, 0.50)
+	r.ReadLatencyP99us = percentileUs(lat, 0.99)
+	r.ElapsedS = elapsed.Seconds()
+	if r.Requests > 0 {
+		r.RequestHitRatio = float64(r.RequestHits) / float64(r.Requests)
+	}
+	if r.Blocks > 0 {
+		r.BlockHitRatio = float64(r.BlockHits) / float64(r.Blocks)
+		r.ByteHitRatio = float64(r.BlockHits*int64(r.BlockBytes)) / float64(r.Blocks*int64(r.BlockBytes))
+	}
+	if r.ElapsedS > 0 {
+		r.MiBPerSec = float64(r.BytesRead+r.BytesWritten) / (1 << 20) / r.ElapsedS
+	}
+}
+
+// WriteTable prints the result as a two-column human table.
+func (r Result) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	gib := func(n int64) string { return fmt.Sprintf("%.3f GiB", float64(n)/(1<<30)) }
+	rows := [][2]string{
+		{"requests", fmt.Sprintf("%d (%d all-hit, %.2f%%)", r.Requests, r.RequestHits, 100*r.RequestHitRatio)},
+		{"blocks", fmt.Sprintf("%d (%d hits, %d misses, %d B each, layout %s)", r.Blocks, r.BlockHits, r.BlockMisses, r.BlockBytes, r.Layout)},
+		{"block hit ratio", fmt.Sprintf("%.4f", r.BlockHitRatio)},
+		{"byte hit ratio", fmt.Sprintf("%.4f", r.ByteHitRatio)},
+	}
+	for _, t := range countedTiers() {
+		rows = append(rows, [2]string{"hits " + t, fmt.Sprint(r.HitsByTier[t])})
+	}
+	var extra []string
+	for t := range r.HitsByTier {
+		if !slices.Contains(countedTiers(), t) {
+			extra = append(extra, t)
+		}
+	}
+	slices.Sort(extra)
+	for _, t := range extra {
+		rows = append(rows, [2]string{"hits " + t, fmt.Sprint(r.HitsByTier[t])})
+	}
+	rows = append(rows,
+		[2]string{"written", gib(r.BytesWritten)},
+		[2]string{"read", gib(r.BytesRead)},
+		[2]string{"throughput", fmt.Sprintf("%.1f MiB/s over %.2f s", r.MiBPerSec, r.ElapsedS)},
+		[2]string{"read latency p50", fmt.Sprintf("%.1f µs", r.ReadLatencyP50us)},
+		[2]string{"read latency p99", fmt.Sprintf("%.1f µs", r.ReadLatencyP99us)},
+		[2]string{"write errors", fmt.Sprint(r.WriteErrors)},
+		[2]string{"verification failures", fmt.Sprint(r.VerifyFailures)},
+	)
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	return tw.Flush()
+}

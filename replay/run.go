@@ -1,0 +1,411 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// Defaults for Options.
+const (
+	DefaultBlockBytes  = 256 << 10
+	DefaultConcurrency = 8
+	// DefaultFailureLogs is how many verification failures are logged in
+	// detail (all are counted).
+	DefaultFailureLogs = 5
+)
+
+// Options configure Run.
+type Options struct {
+	// Mount is the directory to replay into (required; must exist).
+	Mount string
+	// Layout names block files (default LayoutFlat).
+	Layout Layout
+	// BlockBytes is the size in bytes of every block file (default 256 KiB).
+	BlockBytes int
+	// Concurrency is the number of requests in flight (default 8). The
+	// blocks of one request are handled in order by one worker.
+	Concurrency int
+	// Speed scales trace time: 0 ignores timestamps (as fast as possible),
+	// 1 is real time, 10 is ten times faster.
+	Speed float64
+	// Progress, when non-nil, receives a progress bar (requests done).
+	Progress io.Writer
+	// Logger receives details of the first FailureLogs verification
+	// failures and write errors (nil: discarded).
+	Logger *slog.Logger
+	// FailureLogs caps detailed failure logs (default DefaultFailureLogs).
+	FailureLogs int
+}
+
+// Run replays reqs (in slice order, see ReadTrace) into opts.Mount and
+// returns the counts. For each block: if its file exists it is a hit
+// candidate — the tier xattr is read, then the file is opened, read whole,
+// closed and checked byte by byte (a read error, short or long file, or
+// wrong byte is a verification failure); if it does not exist, or vanishes
+// before it is opened, it is a miss and is written through a unique temp
+// file renamed into place. A block another in-flight request is writing is
+// waited for and then read, so on a store that keeps everything the hit
+// count does not depend on Concurrency.
+//
+// Run returns an error for bad options, and ctx.Err() (with the partial
+// result) when ctx ends first.
+func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
+	if opts.Mount == "" {
+		return Result{}, errors.New("replay: no mount directory")
+	}
+	if fi, err := os.Stat(opts.Mount); err != nil {
+		return Result{}, fmt.Errorf("replay: %w", err)
+	} else if !fi.IsDir() {
+		return Result{}, fmt.Errorf("replay: %s is not a directory", opts.Mount)
+	}
+	if opts.Layout == "" {
+		opts.Layout = LayoutFlat
+	}
+	if _, err := ParseLayout(string(opts.Layout)); err != nil {
+		return Result{}, err
+	}
+	if opts.BlockBytes == 0 {
+		opts.BlockBytes = DefaultBlockBytes
+	}
+	if opts.BlockBytes < 0 || opts.BlockBytes > 1<<30 {
+		return Result{}, fmt.Errorf("replay: block size %d out of range (1 B–1 GiB)", opts.BlockBytes)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.Concurrency < 0 {
+		return Result{}, fmt.Errorf("replay: concurrency %d is negative", opts.Concurrency)
+	}
+	if opts.Speed < 0 {
+		return Result{}, fmt.Errorf("replay: speed %g is negative", opts.Speed)
+	}
+	if opts.FailureLogs == 0 {
+		opts.FailureLogs = DefaultFailureLogs
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	r := &runner{opts: opts, inflight: map[int64]chan struct{}{}}
+	if opts.Progress != nil {
+		r.bar = progressbar.NewOptions(len(reqs),
+			progressbar.OptionSetWriter(opts.Progress),
+			progressbar.OptionSetDescription("replay"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("req"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+
+	start := time.Now()
+	work := make(chan int)
+	workers := make([]*worker, opts.Concurrency)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &worker{r: r, id: i, rbuf: make([]byte, opts.BlockBytes+1), wbuf: make([]byte, opts.BlockBytes),
+			res: Result{HitsByTier: map[string]int64{}}, xbuf: make([]byte, 256)}
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				w.request(ctx, &reqs[i])
+				if r.bar != nil {
+					_ = r.bar.Add(1)
+				}
+			}
+		}()
+	}
+	err := dispatch(ctx, reqs, opts.Speed, start, work)
+	close(work)
+	wg.Wait()
+	if r.bar != nil {
+		_ = r.bar.Finish()
+	}
+
+	res := Result{HitsByTier: map[string]int64{}, BlockBytes: opts.BlockBytes, Layout: string(opts.Layout), Mount: opts.Mount}
+	for _, t := range countedTiers() {
+		res.HitsByTier[t] = 0
+	}
+	var lat []int64
+	for _, w := range workers {
+		res.Requests += w.res.Requests
+		res.RequestHits += w.res.RequestHits
+		res.Blocks += w.res.Blocks
+		res.BlockHits += w.res.BlockHits
+		res.BlockMisses += w.res.BlockMisses
+		res.BytesRead += w.res.BytesRead
+		res.BytesWritten += w.res.BytesWritten
+		res.VerifyFailures += w.res.VerifyFailures
+		res.WriteErrors += w.res.WriteErrors
+		for t, n := range w.res.HitsByTier {
+			res.HitsByTier[t] += n
+		}
+		lat = append(lat, w.lat...)
+	}
+	res.finish(lat, time.Since(start))
+	if err == nil {
+		err = ctx.Err()
+	}
+	return res, err
+}
+
+// dispatch sends request indexes to work, pacing them by timestamp when
+// speed > 0. It returns ctx.Err() when ctx ends first.
+func dispatch(ctx context.Context, reqs []Request, speed float64, start time.Time, work chan<- int) error {
+	var t0 int64
+	if len(reqs) > 0 {
+		t0 = reqs[0].Timestamp
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for i := range reqs {
+		if speed > 0 {
+			due := start.Add(time.Duration(float64(reqs[i].Timestamp-t0) * float64(time.Millisecond) / speed))
+			if d := time.Until(due); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-timer.C:
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case work <- i:
+		}
+	}
+	return nil
+}
+
+// runner is the state shared by the workers of one Run.
+type runner struct {
+	opts     Options
+	bar      *progressbar.ProgressBar
+	mu       sync.Mutex
+	inflight map[int64]chan struct{} // block id → closed when its writer is done
+	dirs     sync.Map                // directories known to exist
+	logged   atomic.Int64
+	tmpSeq   atomic.Int64
+}
+
+// claim registers the caller as the writer of block id. It returns
+// (nil, true) when the caller now owns the write, or (ch, false) where ch
+// closes when the current writer is done.
+func (r *runner) claim(id int64) (<-chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.inflight[id]; ok {
+		return ch, false
+	}
+	r.inflight[id] = make(chan struct{})
+	return nil, true
+}
+
+func (r *runner) release(id int64) {
+	r.mu.Lock()
+	ch := r.inflight[id]
+	delete(r.inflight, id)
+	r.mu.Unlock()
+	close(ch)
+}
+
+// logf logs one failure in detail while under the cap.
+func (r *runner) logf(msg string, args ...any) {
+	if r.logged.Add(1) <= int64(r.opts.FailureLogs) {
+		r.opts.Logger.Error(msg, args...)
+	}
+}
+
+// worker handles whole requests; its counters are merged at the end.
+type worker struct {
+	r          *runner
+	id         int
+	rbuf, wbuf []byte
+	xbuf       []byte
+	res        Result
+	lat        []int64 // read latencies, ns
+}
+
+func (w *worker) request(ctx context.Context, q *Request) {
+	w.res.Requests++
+	allHit := true
+	for _, id := range q.HashIDs {
+		if ctx.Err() != nil {
+			return
+		}
+		w.res.Blocks++
+		if !w.block(ctx, id) {
+			allHit = false
+		}
+	}
+	if allHit {
+		w.res.RequestHits++
+	}
+}
+
+// readOutcome is the result of trying to read a block.
+type readOutcome int
+
+const (
+	readHit readOutcome = iota
+	readFailed
+	readVanished
+)
+
+// block replays one block reference and reports whether it was a hit.
+func (w *worker) block(ctx context.Context, id int64) bool {
+	path := filepath.Join(w.r.opts.Mount, w.r.opts.Layout.RelPath(id))
+	for attempt := 0; ; attempt++ {
+		if attempt < 3 {
+			if _, err := os.Stat(path); err == nil {
+				switch w.read(path, id) {
+				case readHit:
+					return true
+				case readFailed:
+					return false
+				}
+				// vanished between stat and open: a miss
+			}
+		}
+		wait, mine := w.r.claim(id)
+		if !mine {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return false
+			}
+			continue
+		}
+		if attempt < 3 {
+			if _, err := os.Stat(path); err == nil { // a writer finished just before our claim
+				w.r.release(id)
+				continue
+			}
+		}
+		w.write(path, id)
+		w.r.release(id)
+		return false
+	}
+}
+
+// read handles a block whose file exists.
+func (w *worker) read(path string, id int64) readOutcome {
+	tier, err := fileTier(path, w.xbuf)
+	if errors.Is(err, fs.ErrNotExist) {
+		return readVanished
+	}
+	if err != nil {
+		tier = TierUnknown
+	}
+	n, err := w.readFile(path)
+	if errors.Is(err, fs.ErrNotExist) && n < 0 {
+		return readVanished
+	}
+	bb := w.r.opts.BlockBytes
+	switch {
+	case err != nil:
+		w.r.logf("replay: verification failure: read error", "path", path, "block", id, "offset", max(n, 0), "err", err)
+	case n < bb:
+		w.r.logf("replay: verification failure: short file", "path", path, "block", id, "bytes", n, "want", bb)
+	case n > bb:
+		w.r.logf("replay: verification failure: file longer than a block", "path", path, "block", id, "want", bb)
+	default:
+		if off := Verify(id, w.rbuf[:bb]); off >= 0 {
+			w.r.logf("replay: verification failure: wrong byte", "path", path, "block", id, "offset", off,
+				"got", w.rbuf[off], "want", Expected(id, off))
+		} else {
+			w.res.BlockHits++
+			w.res.BytesRead += int64(bb)
+			w.res.HitsByTier[tier]++
+			return readHit
+		}
+	}
+	w.res.VerifyFailures++
+	return readFailed
+}
+
+// readFile opens, reads (into rbuf, up to BlockBytes+1 bytes) and closes
+// path, recording the latency. n is -1 when open failed.
+func (w *worker) readFile(path string) (int, error) {
+	t0 := time.Now()
+	f, err := os.Open(path)
+	if err != nil {
+		return -1, err
+	}
+	n := 0
+	for n < len(w.rbuf) {
+		m, err := f.Read(w.rbuf[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			f.Close()
+			return n, err
+		}
+	}
+	err = f.Close()
+	w.lat = append(w.lat, time.Since(t0).Nanoseconds())
+	return n, err
+}
+
+// write stores a missing block through a unique temp file and rename.
+func (w *worker) write(path string, id int64) {
+	w.res.BlockMisses++
+	dir := filepath.Dir(path)
+	if _, ok := w.r.dirs.Load(dir); !ok {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			w.writeErr(path, id, err)
+			return
+		}
+		w.r.dirs.Store(dir, true)
+	}
+	tmp := path + ".tmp." + strconv.Itoa(os.Getpid()) + "." + strconv.Itoa(w.id) + "." + strconv.FormatInt(w.r.tmpSeq.Add(1), 10)
+	Fill(id, w.wbuf)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o644)
+	if errors.Is(err, fs.ErrNotExist) { // directory removed behind our back
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o644)
+		}
+	}
+	if err != nil {
+		w.writeErr(path, id, err)
+		return
+	}
+	_, err = f.Write(w.wbuf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		w.writeErr(path, id, err)
+		return
+	}
+	w.res.BytesWritten += int64(len(w.wbuf))
+}
+
+func (w *worker) writeErr(path string, id int64, err error) {
+	w.res.WriteErrors++
+	w.r.logf("replay: write error", "path", path, "block", id, "err", err)
+}

@@ -1,0 +1,50 @@
+package replay
+
+import (
+	"errors"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// TierXattr is the extended attribute ctxmemd sets on every file: the tier
+// of each block as runs "TIER*N" joined by spaces ("G2", "G3*2 G4").
+const TierXattr = "user.ctxmem.tier"
+
+// TierUnknown is the tier counted when the file has no TierXattr (a plain
+// directory, or a file system without user xattrs).
+const TierUnknown = "unknown"
+
+// ParseTierRuns returns the tier of the first run of a TierXattr value
+// ("G3*2 G4" → "G3"), or TierUnknown for an empty value.
+func ParseTierRuns(v string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(v), " ")
+	name, _, _ := strings.Cut(first, "*")
+	if name == "" {
+		return TierUnknown
+	}
+	return name
+}
+
+// fileTier reads TierXattr of path. It returns TierUnknown when the
+// attribute is absent or unsupported, and the error (e.g. ENOENT) for
+// anything else.
+func fileTier(path string, buf []byte) (string, error) {
+	for {
+		n, err := unix.Getxattr(path, TierXattr, buf)
+		switch {
+		case err == nil:
+			return ParseTierRuns(string(buf[:n])), nil
+		case errors.Is(err, unix.ERANGE):
+			sz, err2 := unix.Getxattr(path, TierXattr, nil)
+			if err2 != nil {
+				return "", err2
+			}
+			buf = make([]byte, sz+64)
+		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
+			return TierUnknown, nil
+		default:
+			return "", err
+		}
+	}
+}
