@@ -660,3 +660,15 @@ func (s *Store) Stats() Stats {
 
 // heatScoreFloor avoids denormal arithmetic on long-idle scores.
 var _ = math.Exp2
+
+// IsExportBlock reports whether k is a block of the current generation of
+// an NBD export (such blocks are never dropped or expired).
+func (s *Store) IsExportBlock(k tier.Key) bool {
+	o := s.get(ObjectID(k.Object))
+	if o == nil {
+		return false
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.kind == KindNBD && o.gen == k.Gen && o.ns == k.Namespace
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/fusefs"
+	"github.com/ctxmem/ctxmemd/metrics"
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/g3"
+	"github.com/ctxmem/ctxmemd/tiering/g4"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// daemon is one running ctxmemd: the tiers, the tiering core and the front
+// ends, plus the goroutines (admin socket, metrics, G4 expiry) it owns.
+type daemon struct {
+	cfg   config.Config
+	log   *slog.Logger
+	g3    *g3.Store
+	g4    *g4.Tier
+	store *tiering.Store
+	fuse  *fusefs.Server
+	start time.Time
+
+	wg   sync.WaitGroup
+	errs chan error // fatal errors of owned goroutines
+}
+
+// runDaemon starts ctxmemd with cfg and serves until the context of c ends
+// (SIGINT/SIGTERM) or the FUSE server stops; then it unmounts, writes back
+// dirty blocks (up to 30 s) and closes the tiers.
+func runDaemon(c *cli.Context, cfg config.Config) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.SlogLevel()}))
+	slog.SetDefault(log)
+	if cfg.UsesDevRoot() {
+		fmt.Fprintf(c.App.ErrWriter, "ctxmemd: embedded default: mount %s, data %s (set --mount/--data-dir or a config file to change)\n",
+			cfg.Mount, cfg.DataDir)
+	}
+	for _, line := range cfg.Summary() {
+		log.Debug("config", "option", line)
+	}
+	if err := cfg.EnsureDirs(); err != nil {
+		return withCode(exitFailure, err)
+	}
+	d := &daemon{cfg: cfg, log: log, start: time.Now(), errs: make(chan error, 4)}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	if err := d.open(ctx); err != nil {
+		d.close()
+		return withCode(exitFailure, err)
+	}
+	log.Info("ctxmemd serving", "version", version, "mount", cfg.Mount, "data_dir", cfg.DataDir,
+		"dram", config.FormatSize(cfg.DRAM), "g3", config.FormatSize(cfg.G3Size), "g4", cfg.G4,
+		"admin", cfg.Admin, "metrics", cfg.Metrics)
+	fmt.Fprintf(c.App.ErrWriter, "ctxmemd: mounted %s (namespaces: %s); stop with Ctrl-C\n", cfg.Mount, strings.Join(d.namespaceNames(), ", "))
+
+	unmounted := make(chan struct{})
+	go func() { d.fuse.Wait(); close(unmounted) }()
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping", "reason", context.Cause(ctx))
+	case <-unmounted:
+		log.Warn("file system was unmounted from outside; stopping")
+	case runErr = <-d.errs:
+		log.Error("stopping on error", "err", runErr)
+	}
+	cancel()
+	if err := d.close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if runErr != nil {
+		return withCode(exitFailure, runErr)
+	}
+	return nil
+}
+
+// open builds the tiers, the core and the front ends, in that order.
+func (d *daemon) open(ctx context.Context) error {
+	cfg := d.cfg
+	var storeRef atomic.Pointer[tiering.Store]
+	var t3, t4 tier.Tier
+	if cfg.G3Size > 0 {
+		s, err := g3.Open(g3.Options{
+			Dir: cfg.G3Dir, SegmentBytes: cfg.G3SegmentSize, CapacityBytes: cfg.G3Size,
+			HighWatermark: cfg.G3High, LowWatermark: cfg.G3Low, Logger: d.log.With("tier", "G3"),
+			OnEvict: func(keys []tier.Key) {
+				if st := storeRef.Load(); st != nil {
+					st.DemoteFromG3(keys)
+				}
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("open G3 at %s: %w", cfg.G3Dir, err)
+		}
+		d.g3, t3 = s, s
+		if !s.Direct() {
+			d.log.Info("G3 uses buffered I/O: the filesystem refused O_DIRECT", "dir", cfg.G3Dir)
+		}
+	}
+	if cfg.G4Enabled() {
+		dir, ok := cfg.G4Path()
+		if !ok {
+			return fmt.Errorf("g4 %q: only file:// object stores are supported by this build", cfg.G4)
+		}
+		local, err := g4.NewLocal(dir)
+		if err != nil {
+			return fmt.Errorf("open G4 at %s: %w", dir, err)
+		}
+		t, err := g4.NewTier(local, g4.TierOptions{
+			Retain: func(k tier.Key) bool {
+				st := storeRef.Load()
+				return st != nil && st.IsExportBlock(k)
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("open G4 at %s: %w", dir, err)
+		}
+		d.g4, t4 = t, t
+	}
+	st, err := tiering.Open(ctx, tiering.Config{
+		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
+		DirtyBytes: cfg.DirtyBytes, G3: t3, G3High: cfg.G3High, G4: t4,
+		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
+		Logger: d.log.With("component", "tiering"),
+	})
+	if err != nil {
+		return fmt.Errorf("open tiering core in %s: %w", cfg.DataDir, err)
+	}
+	d.store = st
+	storeRef.Store(st)
+
+	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
+		Namespaces: fuseNamespaces(cfg),
+		TreePath:   filepath.Join(cfg.DataDir, "tree.db"),
+		Logger:     d.log.With("component", "fuse"),
+	})
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", cfg.Mount, err)
+	}
+	d.fuse = fs
+
+	d.goroutine(ctx, "admin", func(ctx context.Context) error {
+		return admin.Serve(ctx, admin.Options{Socket: cfg.Admin, Provider: d, Version: version, Started: d.start, Logger: d.log})
+	})
+	if cfg.Metrics != "" {
+		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
+			return metrics.Serve(ctx, cfg.Metrics, func() metrics.Snapshot {
+				return metrics.Snapshot{Tiers: st.Occupancy(), Stats: st.Stats()}
+			}, version)
+		})
+	}
+	if d.g4 != nil {
+		sw := g4.NewSweeper(d.g4, g4.SweeperOptions{TTL: cfg.G4TTL, OnSweep: func(n int, err error) {
+			if err != nil {
+				d.log.Warn("G4 expiry sweep", "err", err)
+			} else if n > 0 {
+				d.log.Info("G4 expiry", "blocks", n)
+			}
+		}})
+		d.goroutine(ctx, "g4-expiry", sw.Run)
+	}
+	return nil
+}
+
+// goroutine runs fn until ctx ends; an error other than ctx's ends the
+// daemon.
+func (d *daemon) goroutine(ctx context.Context, name string, fn func(context.Context) error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := fn(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			select {
+			case d.errs <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// close stops everything open, in reverse order: front ends, owned
+// goroutines, the core (final write-back), the tiers.
+func (d *daemon) close() error {
+	var errs []error
+	if d.fuse != nil {
+		if err := d.fuse.Unmount(); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", d.cfg.Mount, err))
+		}
+	}
+	d.wg.Wait()
+	if d.store != nil {
+		if err := d.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.g3 != nil {
+		if err := d.g3.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.g4 != nil {
+		if err := d.g4.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func fuseNamespaces(cfg config.Config) []fusefs.Namespace {
+	var out []fusefs.Namespace
+	for _, ns := range cfg.Namespaces {
+		out = append(out, fusefs.Namespace{
+			Name: ns.Name, UID: uint32(ns.UID), GID: uint32(ns.GID), Mode: ns.UnixMode(),
+			QuotaBytes: ns.Quota, BlockSize: ns.BlockSize,
+			ModelID: ns.ModelID, ModelRevision: ns.ModelRevision, TokenizerRevision: ns.TokenizerRevision,
+			KVDType: ns.KVDtype, LayoutVersion: ns.LayoutVersion, Tenant: ns.Tenant,
+		})
+	}
+	if len(out) == 0 {
+		out = append(out, fusefs.Namespace{Name: fusefs.DefaultNamespace, Mode: fusefs.DefaultNamespaceMode, BlockSize: cfg.BlockSize})
+	}
+	return out
+}
+
+func (d *daemon) namespaceNames() []string {
+	var names []string
+	for _, ns := range fuseNamespaces(d.cfg) {
+		names = append(names, ns.Name)
+	}
+	return names
+}
+
+// Status implements admin.Provider.
+func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
+	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats()}
+	per := map[string]*admin.NamespaceStatus{}
+	for _, ns := range fuseNamespaces(d.cfg) {
+		st.Namespaces = append(st.Namespaces, admin.NamespaceStatus{Name: ns.Name, BlockSize: ns.BlockSize, QuotaBytes: ns.QuotaBytes,
+			ModelID: ns.ModelID, Tenant: ns.Tenant})
+	}
+	for i := range st.Namespaces {
+		per[st.Namespaces[i].Name] = &st.Namespaces[i]
+	}
+	for _, o := range d.store.Objects() {
+		if n := per[o.Namespace]; n != nil && o.Kind == fusefs.ObjectKind {
+			n.Objects++
+			n.Bytes += o.Size
+		}
+	}
+	return st, nil
+}
+
+// Prestage implements admin.Prestager through the mount's own xattr, so the
+// path is resolved exactly as an engine would see it.
+func (d *daemon) Prestage(ctx context.Context, path string) error {
+	return d.setXattr(path, "user.ctxmem.prestage", "1")
+}
+
+// SetPinned implements admin.Pinner.
+func (d *daemon) SetPinned(ctx context.Context, path string, pinned bool) error {
+	v := "0"
+	if pinned {
+		v = "1"
+	}
+	return d.setXattr(path, "user.ctxmem.pin", v)
+}
+
+func (d *daemon) setXattr(path, name, value string) error {
+	p := filepath.Join(d.cfg.Mount, filepath.Clean("/"+path))
+	if err := unix.Setxattr(p, name, []byte(value), 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", path, admin.ErrNotFound)
+		}
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
