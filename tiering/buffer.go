@@ -21,7 +21,7 @@ const pageSize = 4096
 // shares a free list of at most 16 MiB so steady-state eviction and promotion do not
 // call mmap/munmap per block.
 type bufPool struct {
-	mu      sync.Mutex
+	mu        sync.Mutex
 	free      map[int][][]byte // size class (bytes) → free buffers
 	freeBytes int              // bytes held in free lists
 	maxFree   int              // bound on freeBytes
