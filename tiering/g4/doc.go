@@ -1,0 +1,26 @@
+// Package g4 is ctxmemd's G4 tier: cold KV blocks kept in object storage
+// for days (default TTL 72 h) and then expired.
+//
+// It has three parts, one file group each:
+//
+//   - ObjectStore (store.go): the pluggable, S3-shaped backend interface —
+//     Put/Get/GetRange/Head/Delete/List of '/'-separated names with small
+//     string metadata — with sentinel errors ErrNotExist and ErrInvalid and
+//     backend failures wrapped as tier.ErrUnavailable. An S3 backend
+//     (minio-go) is meant to live in its own package behind it; the
+//     storetest subpackage is the conformance suite every backend runs.
+//   - Local (local*.go): the embedded default backend on a local
+//     directory: atomic, durable puts (temp file in the same directory,
+//     fsync, rename, directory fsync), percent-encoded paths that cannot
+//     escape the root, metadata inside the object file.
+//   - Tier (tier.go, header.go, names.go, index.go, expire.go): a
+//     tier.Tier and tier.Expirer over any ObjectStore, one object per
+//     block named <prefix>/<namespace>/<object>/<gen>/<index>, each object
+//     a 64-byte header (key, generation, length, CRC32C) plus the
+//     namespace and the payload; every read verifies header and payload;
+//     Sweeper runs expiry on a timer for whoever owns its Run loop.
+//
+// Every backend call the tier makes carries a deadline (TierOptions.Timeout,
+// default 2 s); a backend that does not answer in time, or reports itself
+// gone, yields an error wrapping tier.ErrUnavailable.
+package g4

@@ -1,0 +1,163 @@
+package g4
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// staleRemover is implemented by stores that can leave temporary files
+// behind after a crash (Local); ExpireBefore calls it.
+type staleRemover interface {
+	RemoveStale(ctx context.Context, before time.Time) (int, error)
+}
+
+// ExpireBefore implements tier.Expirer: it lists the store under the
+// prefix (bounded by ListTimeout and ctx) and deletes every block whose
+// object was stored before t (ObjectAttrs.ModTime), except those that
+// Retain exempts, and returns how many it deleted. Before deleting a block
+// it re-reads the object's ModTime under the key's lock, so a block stored
+// again since the listing survives. It also removes the store's leftover
+// temporary files older than t or staleTempAge, whichever is earlier. The
+// first deletion error stops the sweep and is returned with the count so
+// far.
+func (t *Tier) ExpireBefore(ctx context.Context, before time.Time) (int, error) {
+	if t.closed.Load() {
+		return 0, fmt.Errorf("g4 expire: %w", tier.ErrClosed)
+	}
+	lctx, cancel := context.WithTimeout(ctx, t.opts.ListTimeout)
+	var old []tier.Key
+	err := t.store.List(lctx, t.opts.Prefix+"/", func(a ObjectAttrs) bool {
+		k, ok := ParseBlockName(t.opts.Prefix, a.Name)
+		if ok && a.ModTime.Before(before) && (t.opts.Retain == nil || !t.opts.Retain(k)) {
+			old = append(old, k)
+		}
+		return true
+	})
+	cancel()
+	if err != nil {
+		return 0, t.listErr(err)
+	}
+	n := 0
+	for _, k := range old {
+		deleted, err := t.expireOne(ctx, k, before)
+		if err != nil {
+			return n, err
+		}
+		if deleted {
+			n++
+			t.expired.Add(1)
+		}
+	}
+	if s, ok := t.store.(staleRemover); ok {
+		cutoff := t.opts.Now().Add(-staleTempAge)
+		if before.Before(cutoff) {
+			cutoff = before
+		}
+		if _, err := s.RemoveStale(ctx, cutoff); err != nil {
+			return n, fmt.Errorf("g4 expire: temporary files: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// expireOne deletes block k if its object is still older than before.
+func (t *Tier) expireOne(ctx context.Context, k tier.Key, before time.Time) (bool, error) {
+	unlock := t.locks.lock(k)
+	defer unlock()
+	name := t.ObjectName(k)
+	var a ObjectAttrs
+	err := t.call(ctx, "expire", k, func(ctx context.Context) error {
+		var err error
+		a, err = t.store.Head(ctx, name)
+		return err
+	})
+	if errors.Is(err, tier.ErrNotFound) {
+		t.idx.remove(k)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !a.ModTime.Before(before) {
+		return false, nil
+	}
+	if err := t.call(ctx, "expire", k, func(ctx context.Context) error {
+		return t.store.Delete(ctx, name)
+	}); err != nil {
+		return false, err
+	}
+	t.idx.remove(k)
+	return true, nil
+}
+
+// SweeperOptions configures a Sweeper. Zero values take the defaults.
+type SweeperOptions struct {
+	// Interval between sweeps (default 10 min).
+	Interval time.Duration
+	// TTL: blocks stored longer ago than this are expired (default 72 h,
+	// DESIGN.md).
+	TTL time.Duration
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+	// OnSweep, if set, is called after every sweep with the number of
+	// blocks expired and the sweep's error (nil on success).
+	OnSweep func(expired int, err error)
+}
+
+// Defaults of SweeperOptions.
+const (
+	DefaultSweepInterval = 10 * time.Minute
+	DefaultTTL           = 72 * time.Hour
+)
+
+// Sweeper expires blocks of a tier.Expirer by TTL on a timer. It starts no
+// goroutine of its own: whoever calls Run owns the loop and stops it by
+// cancelling Run's context.
+type Sweeper struct {
+	e    tier.Expirer
+	opts SweeperOptions
+}
+
+// NewSweeper returns a Sweeper over e with the defaults applied to opts.
+func NewSweeper(e tier.Expirer, opts SweeperOptions) *Sweeper {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultSweepInterval
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Sweeper{e: e, opts: opts}
+}
+
+// SweepOnce expires every block stored before Now() - TTL and returns how
+// many it deleted.
+func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
+	n, err := s.e.ExpireBefore(ctx, s.opts.Now().Add(-s.opts.TTL))
+	if s.opts.OnSweep != nil {
+		s.opts.OnSweep(n, err)
+	}
+	return n, err
+}
+
+// Run sweeps once at once and then every Interval until ctx is done, and
+// returns ctx's error. A failed sweep (backend down) is reported through
+// OnSweep and retried at the next tick.
+func (s *Sweeper) Run(ctx context.Context) error {
+	tk := time.NewTicker(s.opts.Interval)
+	defer tk.Stop()
+	for {
+		_, _ = s.SweepOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tk.C:
+		}
+	}
+}
