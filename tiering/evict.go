@@ -22,10 +22,7 @@ func (s *Store) evictLoop() {
 		if s.g2used.Load() > high {
 			for s.g2used.Load() > low && s.ctx.Err() == nil {
 				s.g2mu.Lock()
-				r, ok := s.policy.Victim()
-				if ok {
-					s.policy.Remove(r)
-				}
+				r, ok := s.place.victim()
 				s.g2mu.Unlock()
 				if !ok {
 					break // everything left is dirty or pinned
@@ -66,10 +63,7 @@ func (s *Store) evictOne(r bref) {
 		return
 	}
 	if !b.inG3 && s.g3 != nil {
-		s.g2mu.Lock()
-		warm := s.admit.estimate(r.hash()) >= 2
-		s.g2mu.Unlock()
-		if warm && s.admitG3(r) {
+		if s.place.policy.PredictReuse(r.hash()) && s.admitG3(r) {
 			ver, k, n := b.version, o.key(r.idx), o.blockLen(r.idx)
 			buf, err := s.pool.get(n)
 			if err == nil {
@@ -179,7 +173,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 			b.dirtyN = int64(len(g.buf))
 			s.g2dirty.Add(b.dirtyN)
 			s.g2mu.Lock()
-			s.policy.Remove(bref{id, k.Index})
+			s.place.remove(bref{id, k.Index})
 			s.g2mu.Unlock()
 		}
 		if !b.queued {

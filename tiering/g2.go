@@ -29,7 +29,7 @@ func (s *Store) allocG2(n int, pinned bool) (*g2block, error) {
 // cleared or will clear the block's dirty state itself.
 func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 	s.g2mu.Lock()
-	s.policy.Remove(r)
+	s.place.remove(r)
 	s.g2mu.Unlock()
 	s.g2used.Add(-int64(len(g.buf)))
 	s.g2blocks.Add(-1)
@@ -94,24 +94,13 @@ func (s *Store) admitG2(r bref, n int) bool {
 	if s.g2used.Load()+int64(n) > s.cfg.G2Bytes {
 		return false
 	}
-	s.g2mu.Lock()
-	defer s.g2mu.Unlock()
-	v, ok := s.policy.Victim()
-	if !ok {
-		return false
-	}
-	return s.admit.estimate(r.hash()) > s.admit.estimate(v.hash())
+	return s.place.policy.ShouldAdmit(r.hash(), time.Now())
 }
 
 // touch records an access for heat and admission (and, for blocks in G2
 // that are evictable, the eviction order).
 func (s *Store) touch(r bref, inPolicy bool) {
-	now := time.Now()
 	s.g2mu.Lock()
-	s.heat.touch(r, now)
-	s.admit.record(r.hash())
-	if inPolicy {
-		s.policy.Touch(r, now)
-	}
+	s.place.access(r, inPolicy, time.Now())
 	s.g2mu.Unlock()
 }

@@ -1,64 +1,75 @@
 package tiering
 
 import (
-	"math"
+	"fmt"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/heat"
 )
 
-// heatTable keeps a heat score per block (placeholder until heat.Tracker).
-type heatTable struct {
-	halfLife time.Duration
-	m        map[bref]heatEntry
+// placement bundles the heat package's pieces the core runs for G2: the
+// eviction order and admission (heat.Policy: decayed reference count with a
+// TinyLFU sketch) and the heat score (heat.Tracker) reported in xattrs and
+// status. Callers hold Store.g2mu, which makes Victim+Remove atomic across
+// the evictor and the other paths.
+type placement struct {
+	policy *heat.Policy[bref]
+	heat   *heat.Tracker[bref]
 }
 
-type heatEntry struct {
-	score float64
-	at    time.Time
-}
+// g3ReuseMinCount is the number of recent references a block needs to be
+// written to G3 once G3 is above its high watermark: one-hit blocks then go
+// to G4 instead of flash.
+const g3ReuseMinCount = 2
 
-func newHeatTable(halfLife time.Duration) *heatTable {
-	return &heatTable{halfLife: halfLife, m: make(map[bref]heatEntry)}
-}
-
-func (h *heatTable) decayed(e heatEntry, now time.Time) float64 {
-	dt := now.Sub(e.at)
-	if dt <= 0 {
-		return e.score
+func newPlacement(cfg Config) (*placement, error) {
+	// The sketch is sized for the number of G2 blocks of the smallest
+	// namespace block size we expect in numbers (64 KiB); it only affects
+	// the sketch's memory and sample period.
+	capBlocks := int(max(cfg.G2Bytes/(64<<10), 1024))
+	p, err := heat.NewPolicy[bref](heat.PolicyConfig{Capacity: capBlocks, ReuseMinCount: g3ReuseMinCount})
+	if err != nil {
+		return nil, fmt.Errorf("%w: heat policy: %v", ErrInvalid, err)
 	}
-	return e.score * math.Exp2(-float64(dt)/float64(h.halfLife))
-}
-
-func (h *heatTable) touch(r bref, now time.Time) float64 {
-	e := h.m[r]
-	s := h.decayed(e, now)
-	s += (100 - s) * 0.2
-	h.m[r] = heatEntry{score: s, at: now}
-	return s
-}
-
-func (h *heatTable) score(r bref, now time.Time) float64 {
-	e, ok := h.m[r]
-	if !ok {
-		return 0
+	t, err := heat.NewTracker[bref](heat.TrackerConfig{HalfLife: cfg.HeatHalfLife, Cold: cfg.ColdThreshold,
+		Hot: max(cfg.ColdThreshold, heat.DefaultHot)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: heat tracker: %v", ErrInvalid, err)
 	}
-	return h.decayed(e, now)
+	return &placement{policy: p, heat: t}, nil
 }
 
-func (h *heatTable) forget(r bref) { delete(h.m, r) }
-
-// admitter predicts reuse for G3 admission (placeholder until heat.Sketch).
-type admitter struct {
-	m map[uint64]uint8
-}
-
-func newAdmitter() *admitter { return &admitter{m: make(map[uint64]uint8)} }
-
-func (a *admitter) record(h uint64) {
-	if a.m[h] < 15 {
-		a.m[h]++
+// access records one reference to r (a read or a write). When evictable is
+// set (r is in G2, clean and unpinned) r is made resident in the eviction
+// order.
+func (pl *placement) access(r bref, evictable bool, now time.Time) {
+	h := r.hash()
+	pl.heat.Touch(r, now)
+	if resident := pl.policy.Access(r, h, now); !resident && evictable {
+		pl.policy.Insert(r, h, now)
 	}
 }
 
-func (a *admitter) estimate(h uint64) int { return int(a.m[h]) }
+// makeEvictable puts r in the eviction order without counting a reference
+// (a block just written back, or unpinned).
+func (pl *placement) makeEvictable(r bref, now time.Time) {
+	if !pl.policy.Contains(r) {
+		pl.policy.Insert(r, r.hash(), now)
+	}
+}
 
-func newG2Policy() g2Policy { return newLRUPolicy() }
+func (pl *placement) remove(r bref) { pl.policy.Remove(r) }
+
+func (pl *placement) forget(r bref) {
+	pl.policy.Remove(r)
+	pl.heat.Forget(r)
+}
+
+// victim returns and removes the next block to evict.
+func (pl *placement) victim() (bref, bool) {
+	v, ok := pl.policy.Victim()
+	if ok {
+		pl.policy.Remove(v)
+	}
+	return v, ok
+}

@@ -348,7 +348,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		b.dirtyN = int64(len(g.buf))
 		s.g2dirty.Add(b.dirtyN)
 		s.g2mu.Lock()
-		s.policy.Remove(r)
+		s.place.remove(r)
 		s.g2mu.Unlock()
 	}
 	b.version++

@@ -125,10 +125,8 @@ type Store struct {
 
 	// G2 accounting. used and dirty are atomics so waiters can poll them
 	// without g2mu.
-	g2mu      sync.Mutex // guards policy, heat
-	policy    g2Policy
-	heat      *heatTable
-	admit     *admitter
+	g2mu      sync.Mutex // serialises placement calls (Victim+Remove is atomic)
+	place     *placement
 	g2used    atomic.Int64 // bytes of G2 buffers held by blocks
 	g2blocks  atomic.Int64
 	g2dirty   atomic.Int64 // bytes of dirty blocks
@@ -178,13 +176,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, pool: newBufPool(),
 		objects:   make(map[ObjectID]*object),
-		policy:    newG2Policy(),
-		heat:      newHeatTable(cfg.HeatHalfLife),
-		admit:     newAdmitter(),
 		space:     newSignal(),
 		needEvict: newSignal(),
 		wbReady:   newSignal(),
 		gcReady:   newSignal(),
+	}
+	if s.place, err = newPlacement(cfg); err != nil {
+		meta.close()
+		return nil, err
 	}
 	if err := s.recover(); err != nil {
 		meta.close()
@@ -393,7 +392,7 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 	}
 	delete(o.blocks, idx)
 	s.g2mu.Lock()
-	s.heat.forget(r)
+	s.place.forget(r)
 	s.g2mu.Unlock()
 }
 
@@ -466,11 +465,11 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 		}
 		r := bref{id, idx}
 		if pinned {
-			s.policy.Remove(r)
+			s.place.remove(r)
 			delta += int64(len(g.buf))
 		} else {
 			if !b.dirty {
-				s.policy.Touch(r, time.Now())
+				s.place.makeEvictable(r, time.Now())
 			}
 			delta -= int64(len(g.buf))
 		}
@@ -594,11 +593,9 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 	}
 	now := time.Now()
 	var sum float64
-	s.g2mu.Lock()
 	for _, r := range refs {
-		sum += s.heat.score(r, now)
+		sum += s.place.heat.Score(r, now)
 	}
-	s.g2mu.Unlock()
 	return sum / float64(len(refs)), nil
 }
 

@@ -148,7 +148,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		b.dirtyN = 0
 		if !o.pinned && b.g2.Load() != nil {
 			s.g2mu.Lock()
-			s.policy.Touch(r, time.Now())
+			s.place.makeEvictable(r, time.Now())
 			s.g2mu.Unlock()
 		}
 	}
@@ -214,16 +214,14 @@ func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (
 
 // admitG3 decides whether a block leaving G2 goes to flash: always while G3
 // is under its high watermark; above it only when the frequency sketch has
-// seen the block at least twice (one-hit blocks are not written to flash).
+// recently referenced the block at least g3ReuseMinCount times (one-hit
+// blocks are not written to flash).
 func (s *Store) admitG3(r bref) bool {
 	u := s.g3.Usage()
 	if u.CapacityBytes == 0 || float64(u.UsedBytes) < s.cfg.G3High*float64(u.CapacityBytes) {
 		return true
 	}
-	s.g2mu.Lock()
-	est := s.admit.estimate(r.hash())
-	s.g2mu.Unlock()
-	return est >= 2
+	return s.place.policy.PredictReuse(r.hash())
 }
 
 func (s *Store) tierAt(ti int) tier.Tier {

@@ -1,0 +1,204 @@
+package g3
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/tiering/tiertest"
+)
+
+// Benchmarks: 256 KiB blocks through the store ("g3") against a plain
+// pwrite/pread loop on one preallocated, already-written file ("plain") in
+// the same directory with the same I/O mode (O_DIRECT when the store uses
+// it), as sub-benchmarks of one run so both see the same disk state.
+// Compare the MB/s of the g3 and plain sub-benchmarks:
+//
+//	go test -run '^$' -bench . -benchtime 2s -count 5 ./tiering/g3
+
+const (
+	benchBlock  = 256 * kib
+	benchRegion = 512 * mib // bytes cycled through by writers (= store capacity)
+	benchHot    = 64 * mib  // bytes cycled through by readers
+)
+
+// benchPair runs g3 then plain as sub-benchmarks over a shared directory.
+func benchPair(b *testing.B, g3, plain func(b *testing.B, dir string)) {
+	dir := b.TempDir()
+	b.Run("g3", func(b *testing.B) { g3(b, filepath.Join(dir, "g3")) })
+	b.Run("plain", func(b *testing.B) { plain(b, dir) })
+}
+
+func benchStore(b *testing.B, dir string) *Store {
+	return openT(b, Options{Dir: dir, SegmentBytes: DefaultSegmentBytes, CapacityBytes: benchRegion})
+}
+
+// benchFile opens a size-byte file in dir, preallocated and written once
+// (no unwritten extents), O_DIRECT where the directory takes it.
+func benchFile(b *testing.B, dir string, size int64) (fd int, direct bool) {
+	direct, err := probeDirect(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	flags := unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC
+	if direct {
+		flags |= unix.O_DIRECT
+	}
+	fd, err = unix.Open(filepath.Join(dir, "plain"), flags, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+		b.Fatal(err)
+	}
+	buf := alignedAlloc(mib)
+	for off := int64(0); off < size; off += mib {
+		if err := pwriteFull(fd, buf, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return fd, direct
+}
+
+func fillStore(b *testing.B, s *Store) int {
+	n := benchHot / benchBlock
+	for i := range n {
+		put(b, s, k(1, uint32(i)), benchBlock)
+	}
+	return n
+}
+
+func BenchmarkWrite256K(b *testing.B) {
+	benchPair(b, func(b *testing.B, dir string) {
+		s := benchStore(b, dir)
+		data := tiertest.Pattern(k(0, 0), benchBlock, 0)
+		b.SetBytes(benchBlock)
+		b.ResetTimer()
+		for i := range b.N {
+			if err := s.Put(context.Background(), k(1, uint32(i)), data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(boolMetric(s.Direct()), "direct")
+	}, func(b *testing.B, dir string) {
+		fd, direct := benchFile(b, dir, benchRegion)
+		buf := alignedAlloc(benchBlock)
+		b.SetBytes(benchBlock)
+		b.ResetTimer()
+		for i := range b.N {
+			if err := pwriteFull(fd, buf, int64(i)*benchBlock%benchRegion); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(boolMetric(direct), "direct")
+	})
+}
+
+func BenchmarkRead256K(b *testing.B) {
+	benchPair(b, func(b *testing.B, dir string) {
+		s := benchStore(b, dir)
+		n := fillStore(b, s)
+		p := make([]byte, benchBlock)
+		b.SetBytes(benchBlock)
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := s.Get(context.Background(), k(1, uint32(i%n)), p, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(boolMetric(s.Direct()), "direct")
+	}, func(b *testing.B, dir string) {
+		fd, direct := benchFile(b, dir, benchHot)
+		buf := alignedAlloc(benchBlock)
+		b.SetBytes(benchBlock)
+		b.ResetTimer()
+		for i := range b.N {
+			if err := preadFull(fd, buf, int64(i)*benchBlock%benchHot); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(boolMetric(direct), "direct")
+	})
+}
+
+// Parallel variants: 4 goroutines per CPU (queue depth for the device).
+
+func BenchmarkWrite256KParallel(b *testing.B) {
+	benchPair(b, func(b *testing.B, dir string) {
+		s := benchStore(b, dir)
+		data := tiertest.Pattern(k(0, 0), benchBlock, 0)
+		var next atomic.Uint32
+		b.SetBytes(benchBlock)
+		b.SetParallelism(4)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := s.Put(context.Background(), k(1, next.Add(1)), data); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}, func(b *testing.B, dir string) {
+		fd, _ := benchFile(b, dir, benchRegion)
+		var next atomic.Int64
+		b.SetBytes(benchBlock)
+		b.SetParallelism(4)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			buf := alignedAlloc(benchBlock)
+			for pb.Next() {
+				if err := pwriteFull(fd, buf, next.Add(1)*benchBlock%benchRegion); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func BenchmarkRead256KParallel(b *testing.B) {
+	benchPair(b, func(b *testing.B, dir string) {
+		s := benchStore(b, dir)
+		n := uint32(fillStore(b, s))
+		var next atomic.Uint32
+		b.SetBytes(benchBlock)
+		b.SetParallelism(4)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			p := make([]byte, benchBlock)
+			for pb.Next() {
+				if _, err := s.Get(context.Background(), k(1, next.Add(1)%n), p, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}, func(b *testing.B, dir string) {
+		fd, _ := benchFile(b, dir, benchHot)
+		var next atomic.Int64
+		b.SetBytes(benchBlock)
+		b.SetParallelism(4)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			buf := alignedAlloc(benchBlock)
+			for pb.Next() {
+				if err := preadFull(fd, buf, next.Add(1)*benchBlock%benchHot); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func boolMetric(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}

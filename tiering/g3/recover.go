@@ -1,0 +1,290 @@
+package g3
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// scanned is one record found by a segment scan.
+type scanned struct {
+	key    tier.Key
+	seq    uint64
+	off    int64
+	hdrLen uint32
+	plen   uint32
+	tomb   bool // a tombstone, or a torn block record acting as one
+}
+
+// recover rebuilds the index from the segment files in Dir, oldest first.
+// Rules (see package doc): a segment with a bad segment header is a
+// segment whose creation was cut short if it is the newest (removed), else
+// damage; a damaged sealed segment is dropped together with every older
+// one. Only the newest segment may hold torn records: its payloads are all
+// verified and its bad headers skipped. Newest sequence number wins.
+func (s *Store) recover() error {
+	ents, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("g3: %w", err)
+	}
+	var ids []uint64
+	var spares []string
+	for _, e := range ents {
+		if id, ok := parseSegName(e.Name()); ok && e.Type().IsRegular() {
+			ids = append(ids, id)
+			s.nextSegID = max(s.nextSegID, id+1)
+		}
+		if strings.HasSuffix(e.Name(), ".spare") {
+			spares = append(spares, filepath.Join(s.opts.Dir, e.Name()))
+		}
+	}
+	slices.Sort(ids)
+	type segRecs struct {
+		seg  *segment
+		recs []scanned
+	}
+	var kept []segRecs
+	dropAll := func(why string, extra ...string) {
+		for _, sr := range kept {
+			s.removeSegment(sr.seg.path, why)
+			sr.seg.release()
+		}
+		for _, p := range extra {
+			s.removeSegment(p, why)
+		}
+		s.st.damagedSegs.Add(int64(len(kept) + len(extra)))
+		kept = nil
+	}
+	for i, id := range ids {
+		newest := i == len(ids)-1
+		seg, err := s.openSegment(id)
+		if errors.Is(err, errBadSegment) {
+			if newest {
+				s.log.Warn("G3 newest segment has no valid header (creation cut short); removing", "err", err)
+				s.removeSegment(filepath.Join(s.opts.Dir, segName(id)), "torn segment header")
+				continue
+			}
+			s.log.Error("G3 damaged segment header; dropping it and every older segment", "err", err)
+			dropAll("damaged segment header", filepath.Join(s.opts.Dir, segName(id)))
+			continue
+		}
+		if err == nil {
+			var recs []scanned
+			var damaged bool
+			if recs, damaged, err = s.scanSegment(seg, newest); err != nil {
+				seg.release()
+			} else if damaged {
+				s.log.Error("G3 damaged record header in a sealed segment; dropping it and every older segment", "segment", seg.path)
+				kept = append(kept, segRecs{seg, nil})
+				dropAll("damaged record header")
+				continue
+			} else {
+				kept = append(kept, segRecs{seg, recs})
+				continue
+			}
+		}
+		for _, sr := range kept {
+			sr.seg.release()
+		}
+		return err
+	}
+	for _, sr := range kept {
+		s.segs = append(s.segs, sr.seg)
+		for _, r := range sr.recs {
+			cur, ok := s.index[r.key]
+			s.nextSeq = max(s.nextSeq, r.seq+1)
+			if ok && cur.seq > r.seq {
+				continue
+			}
+			s.index[r.key] = entry{seg: sr.seg, off: r.off, hdrLen: r.hdrLen, plen: r.plen, seq: r.seq, tomb: r.tomb}
+			sr.seg.keys = append(sr.seg.keys, r.key)
+		}
+	}
+	for _, p := range spares {
+		s.adoptSpare(p)
+	}
+	// No Put is in flight at Open, so tomb entries have nothing to guard.
+	for k, e := range s.index {
+		if e.tomb {
+			delete(s.index, k)
+			continue
+		}
+		s.used += int64(e.plen)
+		s.blocks++
+	}
+	return nil
+}
+
+// repair overwrites the first page of a torn record in the newest segment
+// with a one-page record that later scans accept once the segment is
+// sealed: a pad over a torn header, or a tombstone (same key and sequence
+// number) over a block whose payload failed its CRC32C, so the older copy
+// it hides stays hidden. The rest of the torn record holds no header of
+// this segment (its salt is random) and is skipped page by page.
+func (s *Store) repair(seg *segment, off int64, typ uint8, k tier.Key, seq uint64) error {
+	buf := s.bufs.get(pageSize)
+	defer s.bufs.put(buf)
+	clear(buf)
+	if typ == recPad {
+		encodePad(buf, pageSize, seg.salt, 0)
+	} else {
+		encodeRecord(buf, recTomb, k, 0, seg.salt, seq)
+	}
+	if err := pwriteFull(seg.fd, buf, off); err != nil {
+		return ioErr("repair torn record", seg.path, err)
+	}
+	return nil
+}
+
+// adoptSpare keeps a spare file from an earlier run for reuse, or deletes
+// it when there is no room for it (see spareRoom) or it cannot be opened.
+func (s *Store) adoptSpare(path string) {
+	if s.spareRoom() {
+		sp, err := s.openSpare(path)
+		if err == nil {
+			s.spares = append(s.spares, sp)
+			return
+		}
+		s.log.Warn("G3 spare unusable", "spare", path, "err", err)
+	}
+	if err := os.Remove(path); err != nil {
+		s.log.Error("G3 remove spare", "spare", path, "err", err)
+	}
+}
+
+// removeSegment deletes a segment file during recovery.
+func (s *Store) removeSegment(path, why string) {
+	s.log.Warn("G3 removing segment", "segment", path, "why", why)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("G3 remove segment", "segment", path, "err", err)
+	}
+}
+
+// scanSegment reads the record headers of seg in order. In the newest
+// segment (verify) it also checks every payload: a block whose payload
+// fails its CRC32C is returned as a tombstone (it may hide an older copy of
+// its key, which must not come back), and pages that are not a valid
+// header are skipped (a torn write); elsewhere a damaged header (our magic
+// and salt, failing its checks) makes the whole segment damaged. Pages
+// holding no header (zeros of the unused tail, payload of a record whose
+// header was never written) are skipped in both cases.
+func (s *Store) scanSegment(seg *segment, verify bool) (recs []scanned, damaged bool, err error) {
+	rd := pageReader{s: s, seg: seg}
+	defer rd.free()
+	off := int64(segHeaderLen)
+	for off+pageSize <= seg.size {
+		hdr, err := rd.read(off, pageSize)
+		if err != nil {
+			return nil, false, ioErr("scan", seg.path, err)
+		}
+		r, c, need := decodeRecord(hdr, seg.salt)
+		if need > 0 && off+int64(need) <= seg.size {
+			if hdr, err = rd.read(off, need); err != nil {
+				return nil, false, ioErr("scan", seg.path, err)
+			}
+			r, c, _ = decodeRecord(hdr, seg.salt)
+		}
+		if c == hdrOK && off+int64(r.recLen) > seg.size {
+			c = hdrDamaged
+		}
+		switch c {
+		case hdrNone:
+			rd.sequential = true
+			off += pageSize
+			continue
+		case hdrDamaged:
+			if !verify {
+				return nil, true, nil
+			}
+			s.st.torn.Add(1)
+			s.log.Warn("G3 torn record header skipped", "segment", seg.path, "off", off)
+			if err := s.repair(seg, off, recPad, tier.Key{}, 0); err != nil {
+				return nil, false, err
+			}
+			rd.sequential = true
+			off += pageSize
+			continue
+		}
+		rd.sequential = false
+		switch r.typ {
+		case recBlock:
+			sc := scanned{key: r.key, seq: r.seq, off: off, hdrLen: r.hdrLen, plen: r.payloadLen}
+			if verify {
+				ok, err := s.verifyPayload(seg, r, off)
+				if err != nil {
+					return nil, false, err
+				}
+				if !ok {
+					s.st.torn.Add(1)
+					s.log.Warn("G3 torn block record dropped", "segment", seg.path, "off", off, "key", r.key.String())
+					sc.tomb = true
+					if err := s.repair(seg, off, recTomb, r.key, r.seq); err != nil {
+						return nil, false, err
+					}
+				}
+			}
+			recs = append(recs, sc)
+		case recTomb:
+			recs = append(recs, scanned{key: r.key, seq: r.seq, off: off, hdrLen: r.hdrLen, tomb: true})
+		}
+		off += int64(r.recLen)
+	}
+	return recs, false, nil
+}
+
+// verifyPayload reads the payload of the record r at off and checks its
+// CRC32C.
+func (s *Store) verifyPayload(seg *segment, r record, off int64) (bool, error) {
+	crc := r.payloadCRC
+	buf := s.bufs.get(roundUp(int(r.payloadLen)))
+	defer s.bufs.put(buf)
+	if err := s.readAt(seg, buf, off+int64(r.hdrLen)); err != nil {
+		return false, ioErr("scan", seg.path, err)
+	}
+	return tier.Checksum(buf[:r.payloadLen]) == crc, nil
+}
+
+// pageReader serves scan reads. In sequential mode (skipping pages that
+// hold no header) it reads ahead a chunk at a time; otherwise it reads just
+// the header asked for, so a scan of large records does not read payloads.
+type pageReader struct {
+	s          *Store
+	seg        *segment
+	sequential bool
+	chunk      []byte
+	chunkOff   int64
+	chunkLen   int
+}
+
+const scanChunk = 1 << 20
+
+func (rd *pageReader) read(off int64, n int) ([]byte, error) {
+	if rd.chunk != nil && off >= rd.chunkOff && off+int64(n) <= rd.chunkOff+int64(rd.chunkLen) {
+		b := rd.chunk[off-rd.chunkOff:][:n]
+		return b, nil
+	}
+	if rd.chunk == nil {
+		rd.chunk = rd.s.bufs.get(scanChunk)
+	}
+	want := n
+	if rd.sequential {
+		want = max(n, scanChunk)
+	}
+	want = int(min(int64(want), rd.seg.size-off))
+	if err := rd.s.readAt(rd.seg, rd.chunk[:want], off); err != nil {
+		return nil, err
+	}
+	rd.chunkOff, rd.chunkLen = off, want
+	return rd.chunk[:n], nil
+}
+
+func (rd *pageReader) free() {
+	if rd.chunk != nil {
+		rd.s.bufs.put(rd.chunk)
+	}
+}
