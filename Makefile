@@ -48,11 +48,13 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 test: deps-test fmt-check vet
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	CTXMEM_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	# The trace simulator is single-threaded and skipped under -race: run it plain.
+	$(GO) test -count=1 -run 'TestMooncake' ./heat/sim/
 
 bench: deps-test build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...
-	$(GO) test -count=1 -run 'TestSimulateTrace' -v ./heat/sim/
+	$(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/
 	bash tests/bench/run.sh
 
 clean:

@@ -26,8 +26,8 @@ func simCommand() *cli.Command {
 			"Repeat --policy for several; capacities are in blocks.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines; required)"},
-			&cli.StringFlag{Name: "capacity", Usage: "cache sizes in blocks, comma-separated", Value: joinInts(sim.DefaultCapacities)},
-			&cli.StringSliceFlag{Name: "policy", Usage: "policy spec (repeatable)", Value: cli.NewStringSlice(sim.DefaultPolicies...)},
+			&cli.StringFlag{Name: "capacity", Usage: "cache sizes in blocks, comma-separated", Value: joinInts(sim.DefaultCapacities())},
+			&cli.StringSliceFlag{Name: "policy", Usage: "policy spec (repeatable)", Value: cli.NewStringSlice(sim.DefaultPolicies()...)},
 			&cli.IntFlag{Name: "requests", Usage: "simulate only the first N requests (0 = all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as a JSON list"},
 		},
