@@ -469,7 +469,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			if err != nil {
 				return err
 			}
-			return s.syncTiers()
+			return s.syncTiers(ctx)
 		}
 		ch := o.flushed
 		o.mu.Unlock()
@@ -484,11 +484,13 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 
 // syncer is implemented by tiers that can make written blocks durable
 // against power loss.
-type syncer interface{ Sync() error }
+type syncer interface {
+	Sync(ctx context.Context) error
+}
 
-func (s *Store) syncTiers() error {
+func (s *Store) syncTiers(ctx context.Context) error {
 	if sy, ok := s.g3.(syncer); ok {
-		if err := sy.Sync(); err != nil {
+		if err := sy.Sync(ctx); err != nil {
 			return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 		}
 	}

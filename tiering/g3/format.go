@@ -117,11 +117,24 @@ func encodeHeader(hdr []byte, typ uint8, k tier.Key, payload []byte, salt, seq u
 	le.PutUint32(hdr[56:], k.Index)
 	le.PutUint16(hdr[64:], uint16(len(k.Namespace)))
 	p := hdrFixed + copy(hdr[hdrFixed:], k.Namespace)
-	le.PutUint32(hdr[60:], tier.Checksum(payload))
+	// One pass: page CRCs, combined into the payload CRC (full pages) or
+	// extended over the short last page.
+	var whole uint32
 	for i := 0; i < len(payload); i += pageSize {
-		le.PutUint32(hdr[p:], tier.Checksum(payload[i:min(i+pageSize, len(payload))]))
+		page := payload[i:min(i+pageSize, len(payload))]
+		c := tier.Checksum(page)
+		le.PutUint32(hdr[p:], c)
 		p += 4
+		switch {
+		case i == 0:
+			whole = c
+		case len(page) == pageSize:
+			whole = combinePage(whole, c)
+		default:
+			whole = tier.UpdateChecksum(whole, page)
+		}
 	}
+	le.PutUint32(hdr[60:], whole)
 	le.PutUint32(hdr[68:], uint32(p))
 	le.PutUint32(hdr[8:], tier.Checksum(hdr[:p]))
 }
@@ -250,4 +263,35 @@ func decodeSegHeader(buf []byte) (segHeader, bool) {
 		return segHeader{}, false
 	}
 	return h, true
+}
+
+// pageShift4K is the linear map that advancing a raw (unconditioned)
+// CRC32C register over pageSize zero bytes applies to it, as 32 columns:
+// pageShift4K[j] is the image of bit j.
+var pageShift4K = zeroShift(pageSize)
+
+// zeroShift returns the columns of the map "process n zero bytes" on a raw
+// CRC32C register. tier.UpdateChecksum(^r, zeros) = ^raw(r, zeros), and the
+// raw map is linear, so column j = ^UpdateChecksum(^(1<<j), zeros).
+func zeroShift(n int) (cols [32]uint32) {
+	zeros := make([]byte, n)
+	for j := range cols {
+		cols[j] = ^tier.UpdateChecksum(^(uint32(1) << j), zeros)
+	}
+	return cols
+}
+
+// combinePage returns CRC32C(A||B) from crcA = CRC32C(A) and crcB =
+// CRC32C(B) for a B of exactly pageSize bytes: shift(crcA) XOR crcB, where
+// shift advances crcA over len(B) zero bytes (the pre- and post-inversion
+// cancel out). This is the CRC combination of zlib's crc32_combine (Mark
+// Adler), here with a fixed length and a precomputed matrix.
+func combinePage(crcA, crcB uint32) uint32 {
+	var r uint32
+	for j := 0; crcA != 0; j, crcA = j+1, crcA>>1 {
+		if crcA&1 != 0 {
+			r ^= pageShift4K[j]
+		}
+	}
+	return r ^ crcB
 }

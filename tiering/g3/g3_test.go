@@ -417,3 +417,18 @@ func TestUnalignedBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestCombinePage checks the CRC32C combination against a direct CRC for
+// many payload lengths.
+func TestCombinePage(t *testing.T) {
+	key := k(9, 9)
+	for _, n := range []int{1, 4095, 4096, 4097, 8192, 8193, 12287, 65536, 65536 + 17, 1 << 20} {
+		payload := tiertest.Pattern(key, n, uint64(n))
+		hdr := make([]byte, headerLen("ns", n))
+		encodeHeader(hdr, recBlock, key, payload, 1, 1)
+		r, c, _ := decodeRecord(hdr, 1)
+		if c != hdrOK || r.payloadCRC != tier.Checksum(payload) {
+			t.Fatalf("n=%d: payload CRC %08x, want %08x", n, r.payloadCRC, tier.Checksum(payload))
+		}
+	}
+}
