@@ -385,11 +385,15 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		for idx := range o.blocks {
 			s.dropBlockLocked(o, idx)
 		}
+		if err := s.markMetaDirty(o); err != nil {
+			o.mu.Unlock()
+			return err
+		}
 		o.gen++
 		o.size = 0
-		err := s.persistCleanLocked(o)
+		s.scheduleClean(o)
 		o.mu.Unlock()
-		return err
+		return nil
 	}
 	if err := s.markMetaDirty(o); err != nil {
 		o.mu.Unlock()
@@ -416,9 +420,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	}
 	if err == nil {
 		o.size = size
-		if o.dirty == 0 {
-			err = s.persistCleanLocked(o)
-		}
+		s.scheduleClean(o)
 	}
 	o.mu.Unlock()
 	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {
@@ -542,8 +544,8 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		}
 		pos += int64(cnt)
 	}
-	if err == nil && o.dirty == 0 {
-		err = s.persistCleanLocked(o)
+	if err == nil {
+		s.scheduleClean(o)
 	}
 	o.mu.Unlock()
 	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {

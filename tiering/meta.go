@@ -13,11 +13,11 @@ import (
 // Object records persist in a bbolt file (DataDir/meta.db), bucket
 // "objects", key = object id (8 bytes big endian), value = JSON of
 // objectRecord. A record is written:
-//   - at Create (state clean, empty);
+//   - at Create (state dirty, empty);
 //   - when a clean object first becomes dirty (state dirty), before the
-//     write that dirtied it returns;
-//   - when write-back leaves the object with no dirty block (state clean,
-//     with the list of written blocks);
+//     write, truncate or discard that dirtied it returns;
+//   - when the object has had no dirty block for cleanDelay (state clean,
+//     with the list of written blocks), or at once on Flush and Close;
 //   - at Delete (removed) and SetPinned.
 //
 // On Open, a record still marked dirty means the process died with bytes
@@ -108,13 +108,13 @@ func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
 	if err != nil {
 		return err
 	}
-	return m.db.Batch(func(tx *bolt.Tx) error {
+	return m.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketObjects).Put(idKey(id), v)
 	})
 }
 
 func (m *metaDB) del(id ObjectID) error {
-	return m.db.Batch(func(tx *bolt.Tx) error {
+	return m.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketObjects).Delete(idKey(id))
 	})
 }

@@ -138,6 +138,10 @@ type Store struct {
 	wbQueue []bref
 	wbReady *signal
 
+	cleanMu    sync.Mutex
+	cleanQueue []cleanItem
+	cleanReady *signal
+
 	gcMu    sync.Mutex
 	gcQueue []gcItem
 	gcReady *signal
@@ -175,11 +179,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, pool: newBufPool(),
-		objects:   make(map[ObjectID]*object),
-		space:     newSignal(),
-		needEvict: newSignal(),
-		wbReady:   newSignal(),
-		gcReady:   newSignal(),
+		objects:    make(map[ObjectID]*object),
+		space:      newSignal(),
+		needEvict:  newSignal(),
+		wbReady:    newSignal(),
+		gcReady:    newSignal(),
+		cleanReady: newSignal(),
 	}
 	if s.place, err = newPlacement(cfg); err != nil {
 		meta.close()
@@ -194,9 +199,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.writeBackLoop()
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.evictLoop()
 	go s.gcLoop()
+	go s.cleanLoop()
 	return s, nil
 }
 
@@ -224,6 +230,7 @@ func (s *Store) CloseContext(ctx context.Context) error {
 	s.cancel()
 	s.wg.Wait()
 	s.drainGC()
+	s.persistAllClean()
 	s.mu.Lock()
 	for _, o := range s.objects {
 		o.mu.Lock()
@@ -288,14 +295,19 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 	if err != nil {
 		return 0, err
 	}
+	// The record starts "dirty" so the first write needs no second
+	// metadata write; it turns clean once the object is idle (cleanLoop).
 	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(),
-		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
-	if err := s.meta.put(id, o.record(stateClean)); err != nil {
+		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
+	if err := s.meta.put(id, o.record(stateDirty)); err != nil {
 		return 0, fmt.Errorf("create object: %w", err)
 	}
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()
+	o.mu.Lock()
+	s.scheduleClean(o)
+	o.mu.Unlock()
 	return id, nil
 }
 

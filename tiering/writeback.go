@@ -159,10 +159,9 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 		o.mu.Lock()
 	}
-	if !o.deleted && o.dirty == 0 && o.metaDirty {
-		if err := s.persistCleanLocked(o); err != nil {
-			s.log.Error("persist clean object", "object", o.id, "err", err)
-		}
+	if !o.deleted && o.dirty == 0 {
+		s.signalFlushed(o)
+		s.scheduleClean(o)
 	}
 	o.mu.Unlock()
 	s.space.broadcast()

@@ -401,3 +401,37 @@ func TestLifecycleNotSupported(t *testing.T) {
 	}
 	t.Logf("lifecycle: %v", err)
 }
+
+// TestTLSWithCA: HTTPS to a server whose certificate is signed by a
+// private CA works with ca=FILE, and without it fails saying to give one.
+func TestTLSWithCA(t *testing.T) {
+	srv := s3test.StartTLSServer(t)
+	opts := serverOptions(srv, "tls")
+	opts.Insecure = false
+	opts.CAFile = srv.CAFile
+	s := newStore(t, opts)
+	storetest.MustPut(t, s, "over tls", storetest.Data(3, 300_000), map[string]string{"k": "v"})
+	if got, meta := storetest.MustGet(t, s, "over tls"); !bytes.Equal(got, storetest.Data(3, 300_000)) || meta["k"] != "v" {
+		t.Fatal("TLS round trip differs")
+	}
+	u, err := s3.ParseURL("s3://" + srv.Bucket + "/tls?endpoint=https://" + srv.Endpoint + "&path_style=true&region=us-east-1&ca=" + srv.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.AccessKey, u.SecretKey = srv.AccessKey, srv.SecretKey
+	if got := storetest.Names(t, newStore(t, u), ""); !slices.Equal(got, []string{"over tls"}) {
+		t.Fatalf("store from URL lists %q", got)
+	}
+	opts.CAFile = ""
+	start := time.Now()
+	_, err = s3.New(bg, opts)
+	if err == nil || !strings.Contains(err.Error(), "ca=") {
+		t.Fatalf("New without the CA = %v; want a hint to give ca=", err)
+	}
+	t.Logf("untrusted certificate (%v): %v", time.Since(start).Round(time.Millisecond), err)
+	opts.Insecure = true
+	opts.Timeout = 500 * time.Millisecond
+	if _, err := s3.New(bg, opts); err == nil {
+		t.Fatal("plain HTTP to an HTTPS server succeeded")
+	}
+}

@@ -161,4 +161,3 @@ func mustPutBlock(t testing.TB, tr tier.Tier, k tier.Key, data []byte) {
 		t.Fatalf("Put(%v): %v", k, err)
 	}
 }
-

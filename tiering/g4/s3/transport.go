@@ -30,9 +30,9 @@ func (e *stallError) Unwrap() error { return tier.ErrUnavailable }
 // retries included) and the payload bytes moved.
 type RequestStats struct {
 	Get, Put, Head, Delete, List, Post, Other uint64 // requests by kind (List: a GET with list-type or prefix)
-	Failed                                        uint64 // attempts that ended without a response (refused, reset, stalled)
-	BytesSent                                     uint64 // request body bytes read by the transport
-	BytesReceived                                 uint64 // response body bytes read by the client
+	Failed                                    uint64 // attempts that ended without a response (refused, reset, stalled)
+	BytesSent                                 uint64 // request body bytes read by the transport
+	BytesReceived                             uint64 // response body bytes read by the client
 }
 
 // Total returns the number of requests of every kind.

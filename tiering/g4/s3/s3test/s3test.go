@@ -1,6 +1,7 @@
 // Package s3test runs a real S3 server for tests: versitygw
 // (github.com/versity/versitygw) with its posix backend serving a temporary
-// directory on 127.0.0.1, path-style, region us-east-1. Each Server is one
+// directory on 127.0.0.1, path-style, region us-east-1, over plain HTTP
+// (StartServer) or HTTPS with a test CA (StartTLSServer). Each Server is one
 // child process owned by the test that started it and killed in t.Cleanup;
 // tests may stop, restart (same port, same directory), pause and resume it
 // to simulate outages.
@@ -17,6 +18,7 @@ package s3test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -56,15 +58,20 @@ type Server struct {
 	SecretKey string
 	Bucket    string
 	Dir       string // posix backend root; the bucket is the directory Dir/Bucket
+	// CAFile is the PEM file of the CA that signed the server's
+	// certificate when the server speaks HTTPS (StartTLSServer); "" for
+	// plain HTTP.
+	CAFile string
 
 	bin     string
+	cert    string // server certificate and key files (HTTPS only)
+	key     string
 	logPath string
 	tb      testing.TB
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
-	paused bool
 }
 
 // Binary returns the path of the versitygw executable, looked up at
@@ -103,6 +110,18 @@ func Binary() (string, error) {
 // skipped (failed if CTXMEM_REQUIRE_TOOLS=1).
 func StartServer(tb testing.TB) *Server {
 	tb.Helper()
+	return start(tb, false)
+}
+
+// StartTLSServer is StartServer with HTTPS: the server's certificate (for
+// 127.0.0.1) is signed by a new test CA whose PEM file is CAFile.
+func StartTLSServer(tb testing.TB) *Server {
+	tb.Helper()
+	return start(tb, true)
+}
+
+func start(tb testing.TB, tls bool) *Server {
+	tb.Helper()
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
@@ -117,6 +136,12 @@ func StartServer(tb testing.TB) *Server {
 	}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		tb.Fatal(err)
+	}
+	if tls {
+		s.CAFile, s.cert, s.key = filepath.Join(root, "ca.pem"), filepath.Join(root, "cert.pem"), filepath.Join(root, "key.pem")
+		if err := writeCerts(s.CAFile, s.cert, s.key); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	tb.Cleanup(s.Stop)
 	var lastErr error
@@ -173,8 +198,12 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.bin, "--port", s.Endpoint, "--access", s.AccessKey, "--secret", s.SecretKey,
-		"--region", Region, "--quiet", "--keep-alive", "posix", s.Dir)
+	args := []string{"--port", s.Endpoint, "--access", s.AccessKey, "--secret", s.SecretKey,
+		"--region", Region, "--quiet", "--keep-alive"}
+	if s.cert != "" {
+		args = append(args, "--cert", s.cert, "--key", s.key)
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.Dir)...)
 	// A minimal environment: no VGW_* or ROOT_* settings of the caller leak in.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(s.Dir)}
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -188,7 +217,7 @@ func (s *Server) Start() error {
 		logf.Close()
 		close(exited)
 	}()
-	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.cmd, s.exited = cmd, exited
 	if err := s.waitReady(exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -232,37 +261,48 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Kill() // SIGKILL also ends a stopped (paused) process
 	<-s.exited
-	s.cmd, s.paused = nil, false
+	s.cmd = nil
 }
 
 // Pause freezes the server process (SIGSTOP): connections are still
 // accepted by the kernel but never answered, as with a hung server.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
-func (s *Server) signal(sig syscall.Signal, paused bool) error {
+func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
 		return errors.New("s3test: server not running")
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		return err
-	}
-	s.paused = paused
-	return nil
+	return s.cmd.Process.Signal(sig)
 }
 
 // Client returns a minio-go client for the server (path-style, the root
-// keys, default retries).
+// keys, default retries, trusting CAFile over HTTPS).
 func (s *Server) Client() *minio.Client {
-	c, err := minio.New(s.Endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:        credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
 		Region:       Region,
 		BucketLookup: minio.BucketLookupPath,
-	})
+	}
+	if s.CAFile != "" {
+		tr, err := minio.DefaultTransport(true)
+		if err != nil {
+			s.tb.Fatal(err)
+		}
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			s.tb.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr.TLSClientConfig.RootCAs = pool
+		opts.Secure, opts.Transport = true, tr
+	}
+	c, err := minio.New(s.Endpoint, opts)
 	if err != nil {
 		s.tb.Fatalf("s3test: client: %v", err)
 	}

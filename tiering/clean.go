@@ -1,0 +1,83 @@
+package tiering
+
+import (
+	"time"
+)
+
+// cleanDelay is how long an object must stay without dirty blocks before
+// its clean record is written. Streaming writers make an object go dirty →
+// clean → dirty many times a second as write-back keeps up; recording each
+// transition would put two metadata commits on every write. Flush and Close
+// record clean at once.
+const cleanDelay = 500 * time.Millisecond
+
+type cleanItem struct {
+	o  *object
+	at time.Time
+}
+
+// scheduleClean queues o for a clean record once it has been idle for
+// cleanDelay. o.mu held for writing.
+func (s *Store) scheduleClean(o *object) {
+	if !o.metaDirty || o.dirty != 0 || o.deleted {
+		return
+	}
+	s.cleanMu.Lock()
+	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Now()})
+	s.cleanMu.Unlock()
+	s.cleanReady.broadcast()
+}
+
+// cleanLoop writes clean records for objects that stayed idle.
+func (s *Store) cleanLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(cleanDelay / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-s.ctx.Done():
+			return
+		}
+		s.cleanMu.Lock()
+		cut := time.Now().Add(-cleanDelay)
+		n := 0
+		for n < len(s.cleanQueue) && s.cleanQueue[n].at.Before(cut) {
+			n++
+		}
+		due := append([]cleanItem(nil), s.cleanQueue[:n]...)
+		s.cleanQueue = append(s.cleanQueue[:0], s.cleanQueue[n:]...)
+		s.cleanMu.Unlock()
+		for _, it := range due {
+			s.cleanIfIdle(it.o)
+		}
+	}
+}
+
+func (s *Store) cleanIfIdle(o *object) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.deleted || o.dirty != 0 || !o.metaDirty {
+		return
+	}
+	if err := s.persistCleanLocked(o); err != nil {
+		s.log.Error("persist clean object", "object", o.id, "err", err)
+	}
+}
+
+// persistAllClean records every idle object clean (at Close, after the
+// final write-back).
+func (s *Store) persistAllClean() {
+	s.cleanMu.Lock()
+	s.cleanQueue = nil
+	s.cleanMu.Unlock()
+	s.mu.RLock()
+	objs := make([]*object, 0, len(s.objects))
+	for _, o := range s.objects {
+		objs = append(objs, o)
+	}
+	s.mu.RUnlock()
+	for _, o := range objs {
+		s.cleanIfIdle(o)
+	}
+}
