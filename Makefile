@@ -14,7 +14,11 @@ TEST_TIMEOUT ?= 40m
 
 # Debian packages the daemon and the tests need.
 RUN_PKGS  := fuse3
-TEST_PKGS := fuse3 fio util-linux e2fsprogs
+TEST_PKGS := fuse3 fio util-linux e2fsprogs libnbd-bin python3-libnbd qemu-utils nbdkit
+
+# Test servers built from the Go module proxy (the S3 server for G4 tests).
+VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: all build run test bench deps-run deps-test vet fmt-check clean
 
@@ -37,6 +41,7 @@ deps-run:
 
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
+	@[ -x $(GOBIN_DIR)/versitygw ] || { echo "go install $(VERSITYGW) (a few minutes, once)"; $(GO) install $(VERSITYGW); }
 
 run: deps-run build
 	$(SUDO) ./$(BIN) run $(ARGS)
@@ -48,7 +53,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 test: deps-test fmt-check vet
-	CTXMEM_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	# The trace simulator is single-threaded and skipped under -race: run it plain.
 	$(GO) test -count=1 -run 'TestMooncake' ./heat/sim/
 

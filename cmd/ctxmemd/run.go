@@ -22,6 +22,7 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
+	"github.com/ctxmem/ctxmemd/tiering/g4/s3"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -113,22 +114,18 @@ func (d *daemon) open(ctx context.Context) error {
 		}
 	}
 	if cfg.G4Enabled() {
-		dir, ok := cfg.G4Path()
-		if !ok {
-			return fmt.Errorf("g4 %q: only file:// object stores are supported by this build", cfg.G4)
-		}
-		local, err := g4.NewLocal(dir)
+		objects, err := openObjectStore(ctx, cfg.G4)
 		if err != nil {
-			return fmt.Errorf("open G4 at %s: %w", dir, err)
+			return err
 		}
-		t, err := g4.NewTier(local, g4.TierOptions{
+		t, err := g4.NewTier(objects, g4.TierOptions{
 			Retain: func(k tier.Key) bool {
 				st := storeRef.Load()
 				return st != nil && st.IsExportBlock(k)
 			},
 		})
 		if err != nil {
-			return fmt.Errorf("open G4 at %s: %w", dir, err)
+			return fmt.Errorf("open G4 %s: %w", cfg.G4, err)
 		}
 		d.g4, t4 = t, t
 	}
@@ -175,6 +172,31 @@ func (d *daemon) open(ctx context.Context) error {
 		d.goroutine(ctx, "g4-expiry", sw.Run)
 	}
 	return nil
+}
+
+// openObjectStore opens the G4 object store named by a file:// or s3://
+// URL. For S3 it checks the bucket and credentials and fails with an error
+// naming the problem.
+func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
+	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+		local, err := g4.NewLocal(dir)
+		if err != nil {
+			return nil, fmt.Errorf("open G4 at %s: %w", dir, err)
+		}
+		return local, nil
+	}
+	if strings.HasPrefix(url, "s3://") {
+		opts, err := s3.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("g4 %s: %w", url, err)
+		}
+		st, err := s3.New(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("open G4 %s: %w", url, err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("g4 %q: want file:///dir, s3://bucket/prefix or none", url)
 }
 
 // goroutine runs fn until ctx ends; an error other than ctx's ends the

@@ -126,10 +126,12 @@ func (s *Store) bucketMissing() error {
 // matches ErrBucketNotFound.
 type bucketMissingError struct{ bucket, endpoint string }
 
+// Error implements error.
 func (e *bucketMissingError) Error() string {
 	return fmt.Sprintf("bucket %q does not exist at endpoint %s", e.bucket, e.endpoint)
 }
 
+// Is makes errors.Is(err, ErrBucketNotFound) true.
 func (e *bucketMissingError) Is(target error) bool { return target == ErrBucketNotFound }
 
 // denied explains an access-denied answer in terms of what to check.

@@ -29,6 +29,7 @@ const (
 	AddressVirtualHost
 )
 
+// String returns "auto", "path" or "virtual-host".
 func (a Addressing) String() string {
 	switch a {
 	case AddressPath:

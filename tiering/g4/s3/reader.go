@@ -16,6 +16,7 @@ type exactReader struct {
 	done bool
 }
 
+// Read implements io.Reader.
 func (e *exactReader) Read(p []byte) (int, error) {
 	if e.done {
 		return 0, io.EOF
@@ -66,6 +67,7 @@ type objectReader struct {
 	name string
 }
 
+// Read implements io.Reader, mapping errors (see objectReader).
 func (o *objectReader) Read(p []byte) (int, error) {
 	r := o.body
 	if r == nil {
@@ -78,4 +80,5 @@ func (o *objectReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the response body.
 func (o *objectReader) Close() error { return o.rc.Close() }

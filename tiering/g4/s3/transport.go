@@ -20,10 +20,12 @@ type stallError struct {
 	idle   time.Duration
 }
 
+// Error implements error.
 func (e *stallError) Error() string {
 	return fmt.Sprintf("%s request: no byte sent or received within %v (server unreachable or hung)", e.method, e.idle)
 }
 
+// Unwrap makes a stall match tier.ErrUnavailable.
 func (e *stallError) Unwrap() error { return tier.ErrUnavailable }
 
 // RequestStats counts the HTTP requests a Store sent (every attempt,
@@ -168,6 +170,7 @@ type progressBody struct {
 	n  *atomic.Uint64
 }
 
+// Read implements io.Reader.
 func (b *progressBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -177,6 +180,7 @@ func (b *progressBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the wrapped body.
 func (b *progressBody) Close() error { return b.rc.Close() }
 
 // responseBody ends the watchdog at EOF and releases the request context
@@ -189,6 +193,7 @@ type responseBody struct {
 	once   sync.Once
 }
 
+// Read implements io.Reader (see responseBody).
 func (b *responseBody) Read(p []byte) (int, error) {
 	n, err := b.progressBody.Read(p)
 	switch {
@@ -200,6 +205,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body, stops the watchdog and releases the request context.
 func (b *responseBody) Close() error {
 	err := b.rc.Close()
 	b.once.Do(func() {
