@@ -1,0 +1,382 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// fileNode is the go-fuse node of a regular file. The file's data lives in
+// its Backend object; every operation is a node operation (no file
+// handles), so it works the same with and without FUSE no_open.
+type fileNode struct {
+	fs.Inode
+	fsys *fsys
+	n    *node
+}
+
+var (
+	_ fs.NodeOpener        = (*fileNode)(nil)
+	_ fs.NodeReader        = (*fileNode)(nil)
+	_ fs.NodeWriter        = (*fileNode)(nil)
+	_ fs.NodeFlusher       = (*fileNode)(nil)
+	_ fs.NodeFsyncer       = (*fileNode)(nil)
+	_ fs.NodeAllocater     = (*fileNode)(nil)
+	_ fs.NodeGetattrer     = (*fileNode)(nil)
+	_ fs.NodeSetattrer     = (*fileNode)(nil)
+	_ fs.NodeStatfser      = (*fileNode)(nil)
+	_ fs.NodeOnForgetter   = (*fileNode)(nil)
+	_ fs.NodeGetxattrer    = (*fileNode)(nil)
+	_ fs.NodeSetxattrer    = (*fileNode)(nil)
+	_ fs.NodeRemovexattrer = (*fileNode)(nil)
+	_ fs.NodeListxattrer   = (*fileNode)(nil)
+)
+
+// openFlags are the FOPEN_* flags of every open and create.
+func (f *fsys) openFlags() uint32 {
+	if f.opts.Cache == CacheDirect {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	return fuse.FOPEN_KEEP_CACHE
+}
+
+// Open answers ENOSYS in CacheKeep mode, which switches the kernel to
+// no_open for the rest of the mount (no OPEN or RELEASE requests, page
+// cache kept); in CacheDirect mode it returns FOPEN_DIRECT_IO.
+func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if fn.fsys.opts.Cache == CacheKeep {
+		return nil, 0, syscall.ENOSYS
+	}
+	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
+		fn.n.mu.Lock()
+		killPriv(fn.n)
+		fn.n.mu.Unlock()
+	}
+	return nil, fn.fsys.openFlags(), 0
+}
+
+// Read reads from the object. It is never short except at the end of the
+// file.
+func (fn *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f, n := fn.fsys, fn.n
+	n.mu.Lock()
+	lost := n.lost
+	n.mu.Unlock()
+	if lost {
+		return nil, syscall.EIO
+	}
+	got, err := f.be.ReadAt(f.ctx, n.obj, dest, off)
+	if err != nil {
+		if gone(err) {
+			f.onLost(n.obj)
+		}
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:got]), 0
+}
+
+// Write writes to the object after reserving quota for any growth
+// (EDQUOT when the namespace quota would be passed).
+func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	f, n := fn.fsys, fn.n
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	end := off + int64(len(data))
+	uid, _ := caller(ctx)
+	n.mu.Lock()
+	if n.lost {
+		n.mu.Unlock()
+		return 0, syscall.EIO
+	}
+	if uid != 0 {
+		killPriv(n)
+	}
+	if end > n.reserved {
+		if !n.ns.reserve(end - n.reserved) {
+			n.mu.Unlock()
+			return 0, syscall.EDQUOT
+		}
+		n.reserved = end
+	}
+	n.inflight++
+	if n.truncating > 0 {
+		n.resync = true
+	}
+	n.mu.Unlock()
+
+	w, err := f.be.WriteAt(f.ctx, n.obj, data, off)
+
+	ts := now()
+	n.mu.Lock()
+	n.inflight--
+	if n.truncating > 0 {
+		n.resync = true
+	}
+	if we := off + int64(w); w > 0 && we > n.size {
+		n.size = we
+	}
+	if w > 0 {
+		n.mtime, n.ctime = ts, ts
+	}
+	if err != nil {
+		n.resync = true
+	}
+	if n.resync && n.inflight == 0 {
+		f.resyncLocked(n)
+	}
+	n.mu.Unlock()
+	if w > 0 {
+		f.j.touch(n)
+	}
+	if err != nil {
+		if gone(err) {
+			f.onLost(n.obj)
+		}
+		if w == 0 {
+			return 0, errno(err)
+		}
+	}
+	return uint32(w), 0
+}
+
+// killPriv clears setuid, and setgid on a group-executable file, as a
+// write or truncate by an unprivileged caller must (the mount negotiates
+// FUSE_HANDLE_KILLPRIV_V2); n.mu held.
+func killPriv(n *node) {
+	if n.mode&syscall.S_ISUID != 0 || n.mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		n.mode &^= syscall.S_ISUID
+		if n.mode&syscall.S_IXGRP != 0 {
+			n.mode &^= syscall.S_ISGID
+		}
+		n.ctime = now()
+	}
+}
+
+// resyncLocked re-reads the object's size from the store and corrects the
+// quota accounting; n.mu held, no write or truncate in flight.
+func (f *fsys) resyncLocked(n *node) {
+	n.resync = false
+	info, err := f.be.Stat(n.obj)
+	if err != nil {
+		if gone(err) {
+			f.onLost(n.obj)
+		}
+		return
+	}
+	n.ns.adjust(info.Size - n.reserved)
+	n.reserved, n.size = info.Size, info.Size
+}
+
+// truncate sets the file size (EDQUOT if growing past the quota).
+func (f *fsys) truncate(n *node, size int64) syscall.Errno {
+	if size < 0 {
+		return syscall.EINVAL
+	}
+	n.mu.Lock()
+	if n.lost {
+		n.mu.Unlock()
+		return syscall.EIO
+	}
+	delta := size - n.reserved
+	if delta > 0 && !n.ns.reserve(delta) {
+		n.mu.Unlock()
+		return syscall.EDQUOT
+	}
+	if n.inflight > 0 {
+		n.resync = true
+	}
+	n.inflight++
+	n.truncating++
+	n.mu.Unlock()
+
+	err := f.be.Truncate(f.ctx, n.obj, size)
+
+	ts := now()
+	n.mu.Lock()
+	n.inflight--
+	n.truncating--
+	switch {
+	case err != nil:
+		if delta > 0 {
+			n.ns.adjust(-delta)
+		}
+		n.resync = true
+	case n.resync:
+		// Other writes or truncates overlapped this one: keep the
+		// reservation and re-read the size once they are done.
+		if delta > 0 {
+			n.reserved += delta
+		}
+	default:
+		if delta < 0 {
+			n.ns.adjust(delta)
+		}
+		n.reserved, n.size = size, size
+	}
+	if err == nil {
+		n.mtime, n.ctime = ts, ts
+	}
+	if n.resync && n.inflight == 0 {
+		f.resyncLocked(n)
+	}
+	n.mu.Unlock()
+	if err != nil {
+		if gone(err) {
+			f.onLost(n.obj)
+		}
+		return errno(err)
+	}
+	return 0
+}
+
+// Flush answers ENOSYS, after which the kernel stops sending FLUSH on
+// close(2): writes reach the store synchronously, so close has nothing to
+// report (with WritebackCache the kernel writes dirty pages back before
+// it checks for FLUSH support and reports their errors itself).
+func (fn *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	return syscall.ENOSYS
+}
+
+// Fsync (and fdatasync) writes the object's dirty blocks below G2
+// (Backend.Flush) and then commits and fdatasyncs the tree database, so the
+// file survives kill -9 and power loss under its current name.
+func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	f := fn.fsys
+	if err := f.be.Flush(f.ctx, fn.n.obj); err != nil {
+		return errno(err)
+	}
+	if err := f.j.sync(); err != nil {
+		return syscall.EIO
+	}
+	return 0
+}
+
+// Allocate implements fallocate mode 0 (extend the size; space is not
+// reserved in the tiers). Every other mode is EOPNOTSUPP.
+func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	if mode != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	n := fn.n
+	end := int64(off + size)
+	if end < 0 || off+size < off {
+		return syscall.EFBIG
+	}
+	n.mu.Lock()
+	cur := n.size
+	n.mu.Unlock()
+	if end <= cur {
+		return 0
+	}
+	if e := fn.fsys.truncate(n, end); e != 0 {
+		return e
+	}
+	fn.fsys.j.touch(n)
+	return 0
+}
+
+// Getattr reports the file's attributes.
+func (fn *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fn.fsys.attrOut(fn.n, out)
+	return 0
+}
+
+// Setattr truncates and changes mode, owner and times.
+func (fn *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return fn.fsys.setattr(fn.n, in, out)
+}
+
+// Statfs reports capacity (see fsys.statfs).
+func (fn *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	fn.fsys.statfs(fn.n, out)
+	return 0
+}
+
+// OnForget runs when the kernel drops its last reference to this inode.
+// A file with no name left (unlinked, renamed over, O_TMPFILE) has then
+// been closed for the last time: its object is deleted.
+func (fn *fileNode) OnForget() {
+	fn.fsys.forget(fn.n)
+}
+
+func (f *fsys) forget(n *node) {
+	t := &f.t
+	t.mu.Lock()
+	if _, ok := t.orphans[n]; !ok || len(n.links) > 0 {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.orphans, n)
+	delete(t.byObj, n.obj)
+	n.gone = true
+	t.mu.Unlock()
+	f.deleteObject(n)
+}
+
+// deleteObject releases a file's quota and deletes its object.
+func (f *fsys) deleteObject(n *node) {
+	n.mu.Lock()
+	res, lost := n.reserved, n.lost
+	n.reserved = 0
+	n.mu.Unlock()
+	n.ns.adjust(-res)
+	if lost {
+		return
+	}
+	if err := f.be.Delete(f.ctx, n.obj); err != nil {
+		f.log.Warn("fusefs: delete object", "object", n.obj, "err", err)
+	}
+}
+
+// Getxattr reads user.ctxmem.* (from the store) or a stored user.*
+// attribute (see xattr.go).
+func (fn *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	return fn.fsys.getxattr(fn.n, attr, dest)
+}
+
+// Setxattr pins, prestages or stores a user.* attribute.
+func (fn *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return fn.fsys.setxattr(fn.n, attr, data, flags)
+}
+
+// Removexattr removes a stored user.* attribute (user.ctxmem.*: EPERM).
+func (fn *fileNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return fn.fsys.removexattr(fn.n, attr)
+}
+
+// Listxattr lists user.ctxmem.* and the stored attributes.
+func (fn *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	return fn.fsys.listxattr(fn.n, dest)
+}
+
+// symlinkNode is the go-fuse node of a symbolic link.
+type symlinkNode struct {
+	fs.Inode
+	fsys *fsys
+	n    *node
+}
+
+var (
+	_ fs.NodeReadlinker = (*symlinkNode)(nil)
+	_ fs.NodeGetattrer  = (*symlinkNode)(nil)
+	_ fs.NodeSetattrer  = (*symlinkNode)(nil)
+)
+
+// Readlink returns the link target.
+func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return []byte(s.n.target), 0
+}
+
+// Getattr reports the link's attributes.
+func (s *symlinkNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s.fsys.attrOut(s.n, out)
+	return 0
+}
+
+// Setattr changes the link's owner or times (lchown, lutimes).
+func (s *symlinkNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return s.fsys.setattr(s.n, in, out)
+}

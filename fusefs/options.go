@@ -1,0 +1,244 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults applied by Mount to zero-valued Options fields.
+const (
+	// DefaultNamespace is the name of the one namespace served when
+	// Options.Namespaces is empty. It is owned by uid 0, gid 0 with mode
+	// 01777 (world-writable and sticky, like /tmp): engines running as any
+	// user can store files, and only a file's owner (or root) can delete
+	// or rename it.
+	DefaultNamespace = "default"
+	// DefaultNamespaceMode is the mode of DefaultNamespace.
+	DefaultNamespaceMode = 0o1777
+	// DefaultMode is the mode of a configured namespace whose Mode is 0.
+	DefaultMode = 0o755
+	// DefaultBlockSize is the block size (bytes) of a namespace whose
+	// BlockSize is 0 (DESIGN.md: 256 KiB).
+	DefaultBlockSize = 256 << 10
+	// DefaultTimeout is the kernel's entry, attribute and negative-entry
+	// cache timeout when the Options field is 0.
+	DefaultTimeout = time.Hour
+	// DefaultMaxWrite is the largest READ/WRITE request (bytes) the kernel
+	// sends, the kernel's own limit being 1 MiB with 4 KiB pages.
+	DefaultMaxWrite = 1 << 20
+	// DefaultMaxBackground is the number of asynchronous requests
+	// (readahead, O_DIRECT aio) the kernel keeps in flight.
+	DefaultMaxBackground = 64
+	// DefaultCommitInterval bounds how long a change of times alone (the
+	// mtime of a write) waits before it is written to the tree database.
+	DefaultCommitInterval = time.Second
+	// BlockSizeStatfs is f_bsize and f_frsize of statfs: the size that
+	// engines align O_DIRECT I/O to.
+	BlockSizeStatfs = 4096
+	// maxNameLen is the longest name (bytes) of a directory entry.
+	maxNameLen = 255
+	// minBlockSize and maxBlockSize bound Namespace.BlockSize (bytes);
+	// the tier contract limits blocks to 4 MiB.
+	minBlockSize = 4 << 10
+	maxBlockSize = 4 << 20
+)
+
+// Namespace is one top-level directory of the mount (DESIGN.md "Data
+// model"). The identity fields (ModelID … Tenant) say which KV bytes the
+// namespace holds; a namespace whose identity differs from the one recorded
+// in the tree database at the previous mount is started empty (its old
+// files and objects are deleted), never silently reused.
+type Namespace struct {
+	// Name is the directory name: 1–255 bytes, no '/', not "." or "..".
+	Name string
+	// UID and GID own the namespace directory.
+	UID, GID uint32
+	// Mode holds the permission bits of the directory (07777 mask:
+	// setgid and sticky allowed). 0 means DefaultMode. The kernel enforces
+	// them (default_permissions): another uid without access gets EACCES.
+	Mode uint32
+	// QuotaBytes caps the sum of the sizes (bytes) of the namespace's
+	// files, open-but-unlinked ones included; a write or extension past it
+	// fails with EDQUOT. 0 means no quota.
+	QuotaBytes int64
+	// BlockSize is the object block size in bytes: a power of two from
+	// 4 KiB to 4 MiB; 0 means DefaultBlockSize.
+	BlockSize int
+	// ModelID, ModelRevision, TokenizerRevision, KVDType, LayoutVersion
+	// and Tenant make up the namespace identity.
+	ModelID           string
+	ModelRevision     string
+	TokenizerRevision string
+	KVDType           string
+	LayoutVersion     string
+	Tenant            string
+}
+
+// identity is the part of a Namespace that must match between mounts.
+type identity struct {
+	ModelID           string `json:"model_id,omitempty"`
+	ModelRevision     string `json:"model_revision,omitempty"`
+	TokenizerRevision string `json:"tokenizer_revision,omitempty"`
+	KVDType           string `json:"kv_dtype,omitempty"`
+	LayoutVersion     string `json:"layout_version,omitempty"`
+	Tenant            string `json:"tenant,omitempty"`
+	BlockSize         int    `json:"block_size"`
+}
+
+func (n Namespace) identity() identity {
+	return identity{n.ModelID, n.ModelRevision, n.TokenizerRevision, n.KVDType, n.LayoutVersion, n.Tenant, n.BlockSize}
+}
+
+// CacheMode says whether the kernel page cache holds file data.
+type CacheMode int
+
+const (
+	// CacheKeep (the default) lets the kernel page cache keep file data
+	// across opens: OPEN is answered ENOSYS once, after which the kernel
+	// opens files without asking (FUSE no_open, which implies
+	// FOPEN_KEEP_CACHE), so a cached read costs no request at all. G2 and
+	// the page cache may then hold the same bytes; opens with O_DIRECT
+	// (or F_SETFL O_DIRECT) bypass the page cache through the kernel's
+	// direct_IO path.
+	CacheKeep CacheMode = iota
+	// CacheDirect answers every OPEN with FOPEN_DIRECT_IO: the page cache
+	// never holds file data (G2 is the only DRAM copy) and every read and
+	// write is a request. Shared mmap still works (the kernel is asked to
+	// allow mmap on direct-I/O files).
+	CacheDirect
+)
+
+// Options configure Mount. The zero value serves one namespace "default".
+type Options struct {
+	// Namespaces are the top-level directories; empty means one
+	// namespace DefaultNamespace (uid 0, gid 0, mode DefaultNamespaceMode).
+	Namespaces []Namespace
+	// TreePath is the bbolt file holding the namespace tree (required).
+	TreePath string
+	// Logger receives the package's logs (default slog.Default()).
+	Logger *slog.Logger
+
+	// EntryTimeout, AttrTimeout and NegativeTimeout are how long the
+	// kernel caches names, attributes and failed lookups. 0 means
+	// DefaultTimeout; a negative value disables that cache.
+	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// Cache chooses what the page cache holds (default CacheKeep).
+	Cache CacheMode
+	// WritebackCache enables FUSE writeback-cache mode: write(2) lands in
+	// the page cache and reaches the store later (at close, fsync, or
+	// memory pressure), so write errors such as EDQUOT surface at close or
+	// fsync instead of at write. Off by default.
+	WritebackCache bool
+	// MaxWrite is the largest READ/WRITE request in bytes (default
+	// DefaultMaxWrite, capped by the kernel).
+	MaxWrite int
+	// ReadAhead is the kernel readahead window in bytes for buffered
+	// reads (default MaxWrite: sequential reads then reach the daemon as
+	// 1 MiB requests). FUSE INIT cannot negotiate more than 128 KiB, so
+	// the mount's read_ahead_kb in /sys/class/bdi is set after mounting
+	// (needs root; on failure the kernel's 128 KiB stays).
+	ReadAhead int
+	// MaxBackground is the kernel's limit of asynchronous requests
+	// (default DefaultMaxBackground).
+	MaxBackground int
+	// CommitInterval bounds how long changes of times alone, which are not
+	// logged, wait for a commit (default DefaultCommitInterval).
+	CommitInterval time.Duration
+	// Debug logs every FUSE request (go-fuse debug output).
+	Debug bool
+
+	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for
+	// every directory read instead of only when stat calls follow.
+	readdirPlusAlways bool
+	// commitGap (tests only) overrides DefaultCommitGap.
+	commitGap time.Duration
+}
+
+// withDefaults validates o and returns a copy with defaults applied.
+func (o Options) withDefaults() (Options, error) {
+	if o.TreePath == "" {
+		return o, errors.New("fusefs: Options.TreePath is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.EntryTimeout = timeoutDefault(o.EntryTimeout)
+	o.AttrTimeout = timeoutDefault(o.AttrTimeout)
+	o.NegativeTimeout = timeoutDefault(o.NegativeTimeout)
+	if o.MaxWrite <= 0 {
+		o.MaxWrite = DefaultMaxWrite
+	}
+	if o.ReadAhead <= 0 {
+		o.ReadAhead = o.MaxWrite
+	}
+	if o.MaxBackground <= 0 {
+		o.MaxBackground = DefaultMaxBackground
+	}
+	if o.CommitInterval <= 0 {
+		o.CommitInterval = DefaultCommitInterval
+	}
+	if o.commitGap <= 0 {
+		o.commitGap = DefaultCommitGap
+	}
+	if o.Cache != CacheKeep && o.Cache != CacheDirect {
+		return o, fmt.Errorf("fusefs: unknown cache mode %d", o.Cache)
+	}
+	if len(o.Namespaces) == 0 {
+		o.Namespaces = []Namespace{{Name: DefaultNamespace, Mode: DefaultNamespaceMode}}
+	}
+	nss := make([]Namespace, len(o.Namespaces))
+	seen := map[string]bool{}
+	for i, ns := range o.Namespaces {
+		if err := validName(ns.Name); err != nil {
+			return o, fmt.Errorf("fusefs: namespace %q: %w", ns.Name, err)
+		}
+		if seen[ns.Name] {
+			return o, fmt.Errorf("fusefs: namespace %q declared twice", ns.Name)
+		}
+		seen[ns.Name] = true
+		if ns.Mode == 0 {
+			ns.Mode = DefaultMode
+		}
+		if ns.Mode&^0o7777 != 0 {
+			return o, fmt.Errorf("fusefs: namespace %q: mode %o has bits outside 07777", ns.Name, ns.Mode)
+		}
+		if ns.BlockSize == 0 {
+			ns.BlockSize = DefaultBlockSize
+		}
+		if ns.BlockSize < minBlockSize || ns.BlockSize > maxBlockSize || ns.BlockSize&(ns.BlockSize-1) != 0 {
+			return o, fmt.Errorf("fusefs: namespace %q: block size %d is not a power of two in [4 KiB, 4 MiB]", ns.Name, ns.BlockSize)
+		}
+		if ns.QuotaBytes < 0 {
+			return o, fmt.Errorf("fusefs: namespace %q: negative quota", ns.Name)
+		}
+		nss[i] = ns
+	}
+	o.Namespaces = nss
+	return o, nil
+}
+
+func timeoutDefault(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return DefaultTimeout
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// validName reports whether name can be a directory entry.
+func validName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return errors.New("invalid name")
+	case len(name) > maxNameLen:
+		return errors.New("name longer than 255 bytes")
+	case strings.ContainsAny(name, "/\x00"):
+		return errors.New("name contains '/' or NUL")
+	}
+	return nil
+}

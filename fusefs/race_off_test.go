@@ -1,0 +1,5 @@
+//go:build !race
+
+package fusefs
+
+const raceEnabled = false

@@ -1,0 +1,302 @@
+package fusefs
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Lock order: tree.mu, then node.mu, then journal.mu. The data path (read,
+// write) takes node.mu only, never tree.mu.
+
+// nodeKind is the type of a node.
+type nodeKind uint8
+
+const (
+	kindDir     nodeKind = 1
+	kindFile    nodeKind = 2
+	kindSymlink nodeKind = 3
+)
+
+// rootIno is the inode number (and FUSE node id) of the mount root.
+const rootIno = fuse.FUSE_ROOT_ID
+
+// firstSeq is the directory offset of the first real entry; offsets 1
+// and 2 are "." and "..".
+const firstSeq = 3
+
+// namespace is a served namespace and its quota accounting.
+type namespace struct {
+	cfg  Namespace
+	root *node
+	// used is the sum of the reserved sizes (bytes) of the namespace's
+	// live files, open-but-unlinked ones included.
+	used atomic.Int64
+}
+
+// reserve adds delta bytes to the namespace's usage. A positive delta
+// that would pass the quota is refused (false) and nothing is added.
+func (ns *namespace) reserve(delta int64) bool {
+	if delta <= 0 || ns.cfg.QuotaBytes == 0 {
+		ns.used.Add(delta)
+		return true
+	}
+	for {
+		u := ns.used.Load()
+		if u+delta > ns.cfg.QuotaBytes {
+			return false
+		}
+		if ns.used.CompareAndSwap(u, u+delta) {
+			return true
+		}
+	}
+}
+
+// adjust adds delta bytes to the usage without a quota check (for
+// releases and for corrections from Backend.Stat).
+func (ns *namespace) adjust(delta int64) { ns.used.Add(delta) }
+
+// link is one name of a node.
+type link struct {
+	parent *node
+	name   string
+}
+
+// node is a file, directory or symlink of the tree. The ino, kind, ns, obj
+// and target fields never change.
+type node struct {
+	ino    uint64
+	kind   nodeKind
+	ns     *namespace // nil for the mount root
+	obj    tiering.ObjectID
+	target string // symlink target
+
+	// Guarded by tree.mu.
+	links []link   // names; a directory has at most one
+	dir   *dirData // directories only
+	gone  bool     // removed from the tree for good
+
+	// nlink is st_nlink, kept current under tree.mu and read without it.
+	nlink atomic.Uint32
+
+	mu       sync.Mutex // guards the fields below
+	mode     uint32     // permission bits (07777)
+	uid, gid uint32
+	atime    int64 // unix ns
+	mtime    int64
+	ctime    int64
+	// size is the file size in bytes as of the last completed write or
+	// truncate; reserved (≥ size while writes are in flight) is what the
+	// file counts against its namespace quota.
+	size, reserved int64
+	inflight       int  // writes and truncates in progress
+	truncating     int  // truncates in progress
+	resync         bool // accounting must be re-read from Backend.Stat at quiescence
+	lost           bool // the store lost the object
+	xattrs         map[string][]byte
+}
+
+// typeBits returns the S_IFMT bits of n.
+func (n *node) typeBits() uint32 {
+	switch n.kind {
+	case kindDir:
+		return syscall.S_IFDIR
+	case kindSymlink:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
+}
+
+// updateNlink recomputes st_nlink; the caller holds tree.mu for writing.
+func (n *node) updateNlink() {
+	switch {
+	case n.gone && n.kind == kindDir:
+		n.nlink.Store(0)
+	case n.kind == kindDir:
+		n.nlink.Store(uint32(2 + n.dir.subdirs))
+	default:
+		n.nlink.Store(uint32(len(n.links)))
+	}
+}
+
+// removeLink drops the name (parent, name) from n.links; tree.mu held.
+func (n *node) removeLink(parent *node, name string) {
+	for i, l := range n.links {
+		if l.parent == parent && l.name == name {
+			n.links = append(n.links[:i], n.links[i+1:]...)
+			break
+		}
+	}
+	n.updateNlink()
+}
+
+// parent returns a directory's parent (the root for itself); tree.mu held.
+func (n *node) parent() *node {
+	if len(n.links) == 0 {
+		return n
+	}
+	return n.links[0].parent
+}
+
+// fillAttr writes n's attributes into out.
+func (n *node) fillAttr(out *fuse.Attr) {
+	out.Ino = n.ino
+	out.Nlink = n.nlink.Load()
+	n.mu.Lock()
+	out.Mode = n.typeBits() | n.mode
+	out.Uid, out.Gid = n.uid, n.gid
+	setTime(&out.Atime, &out.Atimensec, n.atime)
+	setTime(&out.Mtime, &out.Mtimensec, n.mtime)
+	setTime(&out.Ctime, &out.Ctimensec, n.ctime)
+	switch n.kind {
+	case kindFile:
+		out.Size = uint64(n.size)
+	case kindDir:
+		out.Size = 4096
+	case kindSymlink:
+		out.Size = uint64(len(n.target))
+	}
+	n.mu.Unlock()
+	out.Blksize = BlockSizeStatfs
+	if n.ns != nil && n.kind == kindFile {
+		out.Blksize = uint32(min(n.ns.cfg.BlockSize, DefaultMaxWrite))
+	}
+	out.Blocks = (out.Size + 4095) / 4096 * 8
+}
+
+func setTime(sec *uint64, nsec *uint32, t int64) {
+	*sec = uint64(t / 1e9)
+	*nsec = uint32(t % 1e9)
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+// dirent is one entry of a directory listing. seq orders the listing and is
+// the entry's readdir offset; it never changes while the entry exists, and
+// a new entry always gets a larger one, so a cursor (the last seq read)
+// stays valid across concurrent changes.
+type dirent struct {
+	seq   uint64
+	name  string
+	child *node // nil once removed (a tombstone until compaction)
+}
+
+// dirData holds a directory's entries; guarded by tree.mu.
+type dirData struct {
+	byName  map[string]*dirent
+	list    []*dirent // ordered by seq
+	dead    int       // tombstones in list
+	nextSeq uint64
+	subdirs int
+}
+
+func newDirData() *dirData {
+	return &dirData{byName: map[string]*dirent{}, nextSeq: firstSeq}
+}
+
+// get returns the child called name, or nil.
+func (d *dirData) get(name string) *node {
+	if e := d.byName[name]; e != nil {
+		return e.child
+	}
+	return nil
+}
+
+// add appends a new entry (name must be free).
+func (d *dirData) add(name string, child *node) {
+	e := &dirent{seq: d.nextSeq, name: name, child: child}
+	d.nextSeq++
+	d.byName[name] = e
+	d.list = append(d.list, e)
+	if child.kind == kindDir {
+		d.subdirs++
+	}
+}
+
+// replace points the existing entry name at child, keeping its offset.
+func (d *dirData) replace(name string, child *node) {
+	e := d.byName[name]
+	if e.child.kind == kindDir {
+		d.subdirs--
+	}
+	if child.kind == kindDir {
+		d.subdirs++
+	}
+	e.child = child
+}
+
+// remove deletes the entry name and returns its child (nil if absent).
+func (d *dirData) remove(name string) *node {
+	e := d.byName[name]
+	if e == nil {
+		return nil
+	}
+	delete(d.byName, name)
+	c := e.child
+	if c.kind == kindDir {
+		d.subdirs--
+	}
+	e.child = nil
+	d.dead++
+	if d.dead > 64 && d.dead*2 > len(d.list) {
+		live := d.list[:0]
+		for _, x := range d.list {
+			if x.child != nil {
+				live = append(live, x)
+			}
+		}
+		clear(d.list[len(live):])
+		d.list = live
+		d.dead = 0
+	}
+	return c
+}
+
+// next returns the first live entry with seq > after, or nil.
+func (d *dirData) next(after uint64) *dirent {
+	i := sort.Search(len(d.list), func(i int) bool { return d.list[i].seq > after })
+	for ; i < len(d.list); i++ {
+		if d.list[i].child != nil {
+			return d.list[i]
+		}
+	}
+	return nil
+}
+
+// len returns the number of live entries.
+func (d *dirData) len() int { return len(d.byName) }
+
+// tree is the in-memory namespace tree.
+type tree struct {
+	mu      sync.RWMutex
+	root    *node
+	nextIno uint64
+	byObj   map[tiering.ObjectID]*node
+	// orphans are files with no name whose object is deleted when the
+	// kernel forgets them (last close).
+	orphans map[*node]struct{}
+}
+
+// allocIno returns a fresh inode number; tree.mu held for writing.
+func (t *tree) allocIno() uint64 {
+	ino := t.nextIno
+	t.nextIno++
+	return ino
+}
+
+// isAncestor reports whether a is d or one of d's ancestors; tree.mu held.
+func isAncestor(a, d *node) bool {
+	for n := d; ; n = n.parent() {
+		if n == a {
+			return true
+		}
+		if n.ino == rootIno || len(n.links) == 0 {
+			return false
+		}
+	}
+}
