@@ -53,7 +53,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 test: deps-test fmt-check vet
-	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 CTXMEM_E2E=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	# The trace simulator is single-threaded and skipped under -race: run it plain.
 	$(GO) test -count=1 -run 'TestMooncake' ./heat/sim/
 

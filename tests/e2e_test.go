@@ -212,6 +212,7 @@ func TestE2EFio(t *testing.T) {
 			var out, errb bytes.Buffer
 			cmd := exec.CommandContext(ctx, "fio", "--output-format=json", jobFile)
 			cmd.Stdout, cmd.Stderr = &out, &errb
+			cmd.Dir = t.TempDir() // fio leaves its verify state file in its working directory
 			err := cmd.Run()
 			var res struct {
 				Jobs []struct {
