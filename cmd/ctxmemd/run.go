@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,6 +163,9 @@ func (d *daemon) open(ctx context.Context) error {
 			}, version)
 		})
 	}
+	if addr := os.Getenv("CTXMEM_PPROF"); addr != "" {
+		d.goroutine(ctx, "pprof", func(ctx context.Context) error { return servePprof(ctx, addr) })
+	}
 	if d.g4 != nil {
 		sw := g4.NewSweeper(d.g4, g4.SweeperOptions{TTL: cfg.G4TTL, OnSweep: func(n int, err error) {
 			if err != nil {
@@ -197,6 +202,21 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 		return st, nil
 	}
 	return nil, fmt.Errorf("g4 %q: want file:///dir, s3://bucket/prefix or none", url)
+}
+
+// servePprof serves net/http/pprof on addr (debugging aid, enabled by the
+// CTXMEM_PPROF environment variable; loopback addresses only make sense).
+func servePprof(ctx context.Context, addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // goroutine runs fn until ctx ends; an error other than ctx's ends the

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# make bench — every benchmark of the project in one run, each reported
+# against a reference measured in the same run (never a fixed threshold):
+#
+#   1. Go benchmarks: G2 lookup latency (p50/p99 ns) and write, placement
+#      decisions per second, G3 vs plain pwrite/pread, G4 vs plain files.
+#   2. The placement policy on the full Mooncake trace vs LRU and OPT.
+#   3. fio through a live mount vs the same jobs on tmpfs (fio_bench.sh).
+#   4. The full conversation-trace replay through the mount, and the
+#      daemon's peak RSS against its G2 budget.
+#
+# Environment: DRAM (G2 budget, default 2GiB), G3_SIZE (default 8GiB),
+# REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
+# SIZE/RUNTIME/FILES (fio_bench.sh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+DRAM=${DRAM:-2GiB}
+G3_SIZE=${G3_SIZE:-8GiB}
+REPLAY_BLOCK_BYTES=${REPLAY_BLOCK_BYTES:-65536}
+REPLAY_REQUESTS=${REPLAY_REQUESTS:-0}
+trace=$root/../shared/data/traces/conversation_trace.jsonl
+
+section() { printf '\n== %s ==\n' "$*"; }
+
+section "Go benchmarks: G2 (tiering), placement (heat), G3 vs pwrite/pread, G4 vs files"
+go test -run '^$' -bench 'G2' -benchtime 2s ./tiering/ 2>&1 | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench . -benchtime 1s ./heat/ 2>&1 | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench . -benchtime 2s ./tiering/g3/ 2>&1 | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench . -benchtime 20x ./tiering/g4/ 2>&1 | grep -E '^(Benchmark|ok)'
+
+section "Placement policy on the full trace (block hit ratio; LRU and OPT are references)"
+go run ./cmd/ctxmemd sim --trace "$trace"
+
+section "fio and KV job: mount vs tmpfs"
+work=$(mktemp -d /tmp/ctxmem-bench.XXXXXX)
+shm=$(mktemp -d /dev/shm/ctxmem-bench.XXXXXX)
+pid=""
+cleanup() {
+	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	umount -l "$work/mnt" 2>/dev/null || true
+	rm -rf "$work" "$shm"
+}
+trap cleanup EXIT
+make -s build
+: > "$work/empty.yaml"
+./bin/ctxmemd run --config "$work/empty.yaml" --mount "$work/mnt" --data-dir "$work/data" \
+	--dram "$DRAM" --g3-size "$G3_SIZE" --metrics "" >"$work/daemon.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+	[[ $(stat -f -c %T "$work/mnt" 2>/dev/null) == fuseblk || -d $work/mnt/default ]] && break
+	sleep 0.1
+done
+[[ -d $work/mnt/default ]] || { cat "$work/daemon.log"; echo "daemon did not mount" >&2; exit 1; }
+bash tests/bench/fio_bench.sh "$work/mnt/default" "$shm"
+
+section "Full trace replay through the mount (block files of $REPLAY_BLOCK_BYTES bytes)"
+args=(--trace "$trace" --mount "$work/mnt/default" --block-bytes "$REPLAY_BLOCK_BYTES" --quiet)
+[[ $REPLAY_REQUESTS != 0 ]] && args+=(--requests "$REPLAY_REQUESTS")
+./bin/ctxmemd replay "${args[@]}"
+./bin/ctxmemd status --admin "$work/data/admin.sock"
+
+section "Daemon memory: peak RSS vs G2 budget"
+hwm_kib=$(awk '/VmHWM/ {print $2}' /proc/$pid/status)
+rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
+echo "G2 budget $DRAM; daemon VmRSS $((rss_kib / 1024)) MiB, peak (VmHWM) $((hwm_kib / 1024)) MiB"
