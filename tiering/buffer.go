@@ -54,7 +54,7 @@ func (p *bufPool) get(n int) ([]byte, error) {
 		return b, nil
 	}
 	p.mu.Unlock()
-	b, err := unix.Mmap(-1, 0, c, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	b, err := unix.Mmap(-1, 0, c, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("g2: mmap %d bytes: %w", c, err)
 	}

@@ -48,9 +48,52 @@ func (s *Store) cleanLoop() {
 		due := append([]cleanItem(nil), s.cleanQueue[:n]...)
 		s.cleanQueue = append(s.cleanQueue[:0], s.cleanQueue[n:]...)
 		s.cleanMu.Unlock()
-		for _, it := range due {
-			s.cleanIfIdle(it.o)
+		for len(due) > 0 {
+			n := min(len(due), cleanBatchSize)
+			s.cleanBatch(due[:n])
+			due = due[n:]
 		}
+	}
+}
+
+// cleanBatchSize is how many clean records one metadata commit carries.
+const cleanBatchSize = 256
+
+// cleanBatch records the idle objects of items clean in one metadata
+// commit. Each object stays locked until the commit is done, so none can be
+// dirtied between its snapshot and its record (no two paths ever hold two
+// object locks otherwise, so holding several here cannot deadlock).
+func (s *Store) cleanBatch(items []cleanItem) {
+	var locked []*object
+	recs := make(map[ObjectID]*objectRecord, len(items))
+	seen := make(map[*object]bool, len(items))
+	for _, it := range items {
+		o := it.o
+		if seen[o] { // an object can be queued more than once
+			continue
+		}
+		seen[o] = true
+		o.mu.Lock()
+		if o.deleted || o.dirty != 0 || !o.metaDirty {
+			o.mu.Unlock()
+			continue
+		}
+		locked = append(locked, o)
+		recs[o.id] = o.record(stateClean)
+	}
+	if len(locked) == 0 {
+		return
+	}
+	err := s.meta.putMany(recs)
+	for _, o := range locked {
+		if err == nil {
+			o.metaDirty, o.persisted = false, true
+			s.signalFlushed(o)
+		}
+		o.mu.Unlock()
+	}
+	if err != nil {
+		s.log.Error("persist clean objects", "objects", len(locked), "err", err)
 	}
 }
 

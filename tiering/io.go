@@ -282,7 +282,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 // older bytes. o.mu held for writing.
 func (s *Store) markMetaDirty(o *object) error {
 	if o.metaDirty {
-		return nil
+		return nil // no record yet, or already recorded dirty
 	}
 	if err := s.meta.put(o.id, o.record(stateDirty)); err != nil {
 		return fmt.Errorf("persist object %d: %w", o.id, err)
@@ -437,6 +437,7 @@ func (s *Store) persistCleanLocked(o *object) error {
 		return fmt.Errorf("persist object %d: %w", o.id, err)
 	}
 	o.metaDirty = false
+	o.persisted = true
 	s.signalFlushed(o)
 	return nil
 }

@@ -13,11 +13,13 @@ import (
 // Object records persist in a bbolt file (DataDir/meta.db), bucket
 // "objects", key = object id (8 bytes big endian), value = JSON of
 // objectRecord. A record is written:
-//   - at Create (state dirty, empty);
-//   - when a clean object first becomes dirty (state dirty), before the
+//   - never at Create: an object without a record does not survive a
+//     crash, exactly as if it were recorded dirty;
+//   - when a recorded-clean object becomes dirty (state dirty), before the
 //     write, truncate or discard that dirtied it returns;
 //   - when the object has had no dirty block for cleanDelay (state clean,
-//     with the list of written blocks), or at once on Flush and Close;
+//     with the list of written blocks; many objects per commit), or at once
+//     on Flush and Close;
 //   - at Delete (removed) and SetPinned.
 //
 // On Open, a record still marked dirty means the process died with bytes
@@ -110,6 +112,23 @@ func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
 	}
 	return m.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketObjects).Put(idKey(id), v)
+	})
+}
+
+// putMany writes several records in one transaction.
+func (m *metaDB) putMany(recs map[ObjectID]*objectRecord) error {
+	return m.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketObjects)
+		for id, rec := range recs {
+			v, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(idKey(id), v); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -66,7 +66,8 @@ type object struct {
 	created   time.Time
 	blocks    map[uint32]*blockState
 	dirty     int  // blocks with dirty set
-	metaDirty bool // the persisted record says "dirty"
+	metaDirty bool // the persisted record is absent or says "dirty"
+	persisted bool // meta.db holds a record of this object
 	deleted   bool
 	// flushed is closed (and replaced) whenever the object becomes clean
 	// on disk; Flush waits on it.

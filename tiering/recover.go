@@ -41,7 +41,7 @@ func (s *Store) recover() error {
 			return
 		}
 		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, bs: rec.BlockSize, size: rec.Size,
-			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created,
+			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true,
 			blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 		if o.created.IsZero() {
 			o.created = time.Now()

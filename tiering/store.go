@@ -295,13 +295,12 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 	if err != nil {
 		return 0, err
 	}
-	// The record starts "dirty" so the first write needs no second
-	// metadata write; it turns clean once the object is idle (cleanLoop).
+	// A new object has no record: after a crash it does not exist, which
+	// is what a dirty record would say too. Its first record (clean) is
+	// written once it is idle (cleanLoop), so creating and writing a KV
+	// file costs no metadata commit on the caller's path.
 	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(),
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
-	if err := s.meta.put(id, o.record(stateDirty)); err != nil {
-		return 0, fmt.Errorf("create object: %w", err)
-	}
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()
@@ -357,7 +356,10 @@ func (s *Store) Delete(ctx context.Context, id ObjectID) error {
 		o.mu.Unlock()
 		return ErrNotExist
 	}
-	err := s.meta.del(id)
+	var err error
+	if o.persisted {
+		err = s.meta.del(id)
+	}
 	s.dropObjectLocked(o)
 	o.mu.Unlock()
 	s.mu.Lock()
@@ -423,7 +425,9 @@ func (s *Store) lose(id ObjectID, why error) {
 	if o.kind == KindNBD {
 		s.log.Error("export block lost", "object", id, "err", why)
 	}
-	_ = s.meta.del(id)
+	if o.persisted {
+		_ = s.meta.del(id)
+	}
 	s.dropObjectLocked(o)
 	o.mu.Unlock()
 	s.mu.Lock()
@@ -488,7 +492,10 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 	}
 	s.g2mu.Unlock()
 	s.g2pinned.Add(delta)
-	err := s.meta.put(id, o.record(s.persistedState(o)))
+	var err error
+	if o.persisted {
+		err = s.meta.put(id, o.record(s.persistedState(o)))
+	}
 	o.mu.Unlock()
 	if err != nil {
 		return err
