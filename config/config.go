@@ -98,6 +98,11 @@ type Config struct {
 	Admin string
 	// Metrics is the Prometheus listen address (host:port); "" disables.
 	Metrics string
+	// NBD lists NBD listener URLs (unix:///path, tcp://host:port),
+	// comma-separated; "" disables the NBD front end.
+	NBD string
+	// NBDSize is the size in bytes of the NBD export "default".
+	NBDSize int64
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// Namespaces are the declared namespaces (YAML only).

@@ -106,6 +106,10 @@ func table() []Option {
 			func(c *Config) { c.Admin = filepath.Join(c.DataDir, "admin.sock") }),
 		opt("metrics", "127.0.0.1:9464", "Prometheus /metrics listen address (host:port); empty disables",
 			setString(func(c *Config) *string { return &c.Metrics }), getString(func(c *Config) *string { return &c.Metrics })),
+		opt("nbd", "", "NBD listeners, comma-separated: unix:///path (mode 0600) and/or tcp://127.0.0.1:10809; empty disables NBD",
+			setString(func(c *Config) *string { return &c.NBD }), getString(func(c *Config) *string { return &c.NBD })),
+		opt("nbd_size", "1GiB", "size of the NBD export named default",
+			setSize(func(c *Config) *int64 { return &c.NBDSize }), getSize(func(c *Config) *int64 { return &c.NBDSize })),
 		opt("log_level", "info", "log level: debug, info, warn or error",
 			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),
 	}

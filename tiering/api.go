@@ -72,12 +72,17 @@ var (
 // Errno maps an error from the Store to the errno a POSIX front end returns:
 // nil → 0, ErrNotExist/ErrLost → ENOENT (ErrLost → EIO when reading),
 // ErrInvalid → EINVAL, tier.ErrNoSpace → ENOSPC, tier.ErrTooLarge → EFBIG,
-// context cancellation → EINTR, anything else (corruption, dead backend) → EIO.
+// tier.ErrUnavailable and deadlines → EIO, cancellation → EINTR, anything
+// else (corruption, dead backend) → EIO.
 func Errno(err error) syscall.Errno {
 	var en syscall.Errno
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, tier.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		// A tier that does not answer (its own deadline passed): an I/O
+		// error, whatever network errno lies underneath.
+		return syscall.EIO
 	case errors.As(err, &en):
 		return en
 	case errors.Is(err, ErrLost):
@@ -90,7 +95,7 @@ func Errno(err error) syscall.Errno {
 		return syscall.ENOSPC
 	case errors.Is(err, tier.ErrTooLarge):
 		return syscall.EFBIG
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	default:
 		return syscall.EIO

@@ -453,6 +453,9 @@ func (s *Store) signalFlushed(o *object) {
 // bytes survive a kill -9 of the daemon; when the G3 tier supports Sync,
 // also a power cut. Errors: ErrNotExist, ErrLost, ctx errors.
 func (s *Store) Flush(ctx context.Context, id ObjectID) error {
+	if o := s.get(id); o != nil && o.kind == KindNBD {
+		return s.flushExport(ctx, o)
+	}
 	for {
 		o := s.get(id)
 		if o == nil {
@@ -554,4 +557,55 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		return fmt.Errorf("discard object %d: %w: %v", id, ErrLost, err)
 	}
 	return err
+}
+
+// flushExport is Flush for NBD exports: it waits only for the blocks dirty
+// at the call (a device's FLUSH covers writes completed before it, and a
+// busy writer must not starve it), and makes sure the export has a record,
+// so recovery finds it (see recoverExport).
+func (s *Store) flushExport(ctx context.Context, o *object) error {
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return ErrNotExist
+	}
+	if !o.persisted {
+		if err := s.meta.put(o.id, o.record(stateDirty)); err != nil {
+			o.mu.Unlock()
+			return fmt.Errorf("persist export %d: %w", o.id, err)
+		}
+		o.persisted = true
+	}
+	snap := make(map[uint32]uint64, o.dirty)
+	for idx, b := range o.blocks {
+		if b.dirty {
+			snap[idx] = b.version
+		}
+	}
+	o.mu.Unlock()
+	if len(snap) > 0 {
+		s.wbReady.broadcast()
+	}
+	for {
+		o.mu.Lock()
+		if o.deleted {
+			o.mu.Unlock()
+			return ErrNotExist
+		}
+		for idx, v := range snap {
+			if b := o.blocks[idx]; b == nil || !b.dirty || b.cleanVer >= v {
+				delete(snap, idx)
+			}
+		}
+		ch := o.flushed
+		o.mu.Unlock()
+		if len(snap) == 0 {
+			return s.syncTiers(ctx)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

@@ -47,6 +47,9 @@ type blockState struct {
 	queued  bool   // waiting in the write-back queue
 	version uint64 // bumped by every write
 	dirtyN  int64  // bytes this block adds to Store.g2dirty while dirty
+	// cleanVer is the latest version stored below G2 (NBD FLUSH waits for it).
+	cleanVer uint64
+	retries  int // consecutive failed write-backs (tier unavailable)
 }
 
 // object is the in-memory state of one object.
@@ -89,7 +92,7 @@ func (o *object) blockLen(idx uint32) int {
 
 func (o *object) info() ObjectInfo {
 	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.size, Gen: o.gen, BlockSize: o.bs,
-		Pinned: o.pinned, Dirty: o.dirty > 0 || o.metaDirty, Created: o.created, Kind: o.kind}
+		Pinned: o.pinned, Dirty: o.dirty > 0, Created: o.created, Kind: o.kind}
 }
 
 func (o *object) record(state string) *objectRecord {

@@ -33,9 +33,17 @@ func (s *Store) recover() error {
 	if err := scan(s.g4, func(l *loc) { l.g4 = true }); err != nil {
 		return fmt.Errorf("scan G4: %w", err)
 	}
+	byObject := make(map[uint64][]tier.Key)
+	for k := range present {
+		byObject[k.Object] = append(byObject[k.Object], k)
+	}
 	used := make(map[tier.Key]bool)
 	var lost []ObjectID
 	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
+		if rec.State == stateDirty && rec.Kind == KindNBD && rec.BlockSize >= tier.MinBlockSize {
+			s.recoverExport(id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
+			return
+		}
 		if rec.State != stateClean || rec.BlockSize < tier.MinBlockSize {
 			lost = append(lost, id)
 			return
@@ -91,4 +99,33 @@ func (s *Store) recover() error {
 	s.c.objectsLost.Add(int64(len(lost)))
 	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage)
 	return nil
+}
+
+// recoverExport rebuilds an NBD export recorded dirty (the daemon died with
+// writes not yet written back). A block device cannot lose a whole device
+// for that: every block of the export's generation found in G3 or G4 is
+// kept, as a disk keeps whatever reached it. Writes acknowledged by FLUSH or
+// FUA were in G3/G4 before the acknowledgement, so they are all here; a
+// block written after the last flush may read as its older version. Where
+// both tiers hold a block, G3 (written later, see writeBack) wins and the
+// G4 copy is deleted.
+func (s *Store) recoverExport(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
+	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, bs: rec.BlockSize, size: rec.Size,
+		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true,
+		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+	for _, k := range keys {
+		if k.Namespace != o.ns || k.Gen != o.gen || int64(k.Index)*int64(o.bs) >= o.size {
+			continue
+		}
+		in3, in4 := where(k)
+		if in3 && in4 {
+			s.gc(s.g4, k)
+			in4 = false
+		}
+		o.blocks[k.Index] = &blockState{inG3: in3, inG4: in4}
+		used[k] = true
+	}
+	s.objects[id] = o
+	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Time{}})
+	s.log.Info("export recovered after an unclean stop", "object", id, "blocks", len(o.blocks))
 }

@@ -396,6 +396,9 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
 		b.dirtyN = 0
+		if o.dirty == 0 {
+			s.signalFlushed(o)
+		}
 	}
 	k := o.key(idx)
 	if b.inG3 {

@@ -102,7 +102,13 @@ func (s *Store) writeBack(r bref, buf []byte) {
 			return
 		}
 		s.log.Warn("write-back failed", "key", k.String(), "err", err)
-		if kind == KindNBD || errors.Is(err, tier.ErrUnavailable) {
+		o.mu.Lock()
+		b.retries++
+		tries := b.retries
+		o.mu.Unlock()
+		// Export blocks are retried until a tier takes them; file blocks
+		// while a tier is unavailable, up to wbRetries times.
+		if kind == KindNBD || (errors.Is(err, tier.ErrUnavailable) && tries <= wbRetries) {
 			s.retryWB(r, b, o)
 			return
 		}
@@ -141,6 +147,8 @@ func (s *Store) writeBack(r bref, buf []byte) {
 			staleT, b.inG3 = s.g3, false
 		}
 	}
+	b.cleanVer = max(b.cleanVer, ver)
+	b.retries = 0
 	if b.version == ver {
 		b.dirty = false
 		o.dirty--
@@ -159,8 +167,8 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 		o.mu.Lock()
 	}
-	if !o.deleted && o.dirty == 0 {
-		s.signalFlushed(o)
+	if !o.deleted {
+		s.signalFlushed(o) // NBD flushes wait for single blocks
 		s.scheduleClean(o)
 	}
 	o.mu.Unlock()

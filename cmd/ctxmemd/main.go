@@ -4,6 +4,7 @@
 //	ctxmemd status   show a running daemon's tiers and counters (admin socket)
 //	ctxmemd replay   replay a request trace against a mount, verifying every byte
 //	ctxmemd sim      simulate cache policies on a trace (no mount needed)
+//	ctxmemd nbd attach  attach an NBD export to a kernel /dev/nbdN
 //	ctxmemd version  print the version
 //
 // Exit status:
@@ -110,6 +111,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		statusCommand(),
 		replayCommand(),
 		simCommand(),
+		nbdCommand(),
 		versionCommand(),
 	}
 	for _, c := range cmds {

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxmem/ctxmemd/config"
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/metrics"
+	"github.com/ctxmem/ctxmemd/nbd"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
@@ -153,6 +154,12 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	d.fuse = fs
 
+	if cfg.NBD != "" {
+		if err := d.startNBD(ctx, st); err != nil {
+			return err
+		}
+	}
+
 	d.goroutine(ctx, "admin", func(ctx context.Context) error {
 		return admin.Serve(ctx, admin.Options{Socket: cfg.Admin, Provider: d, Version: version, Started: d.start, Logger: d.log})
 	})
@@ -175,6 +182,30 @@ func (d *daemon) open(ctx context.Context) error {
 			}
 		}})
 		d.goroutine(ctx, "g4-expiry", sw.Run)
+	}
+	return nil
+}
+
+// startNBD serves the export "default" (cfg.NBDSize bytes) on every
+// listener of cfg.NBD. Listeners are opened before the daemon reports
+// itself serving, so a bad address fails the start.
+func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
+	srv, err := nbd.NewServer(st, []nbd.Export{{Name: "default", Size: d.cfg.NBDSize}},
+		nbd.Options{StateDir: d.cfg.DataDir, Logger: d.log.With("component", "nbd")})
+	if err != nil {
+		return fmt.Errorf("nbd: %w", err)
+	}
+	for _, u := range strings.Split(d.cfg.NBD, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		ln, err := nbd.Listen(u)
+		if err != nil {
+			return fmt.Errorf("nbd listen %s: %w", u, err)
+		}
+		d.log.Info("nbd serving", "listen", u, "export", "default", "size", config.FormatSize(d.cfg.NBDSize))
+		d.goroutine(ctx, "nbd "+u, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	}
 	return nil
 }
