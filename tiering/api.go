@@ -53,6 +53,9 @@ type TierUsage struct {
 	Blocks        int64   `json:"blocks"`
 	HighWatermark float64 `json:"high_watermark,omitempty"` // fraction of capacity
 	LowWatermark  float64 `json:"low_watermark,omitempty"`
+	// Degraded is set while the tier's backend does not answer (its
+	// latest call failed); it clears by itself on the next success.
+	Degraded bool `json:"degraded"`
 }
 
 // Errors returned by the Store (test with errors.Is). Tier errors

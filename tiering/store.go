@@ -630,7 +630,11 @@ func (s *Store) Occupancy() []TierUsage {
 			continue
 		}
 		u := t.Usage()
-		out = append(out, TierUsage{Name: t.Name(), UsedBytes: u.UsedBytes, CapacityBytes: u.CapacityBytes, Blocks: u.Blocks})
+		tu := TierUsage{Name: t.Name(), UsedBytes: u.UsedBytes, CapacityBytes: u.CapacityBytes, Blocks: u.Blocks}
+		if h, ok := t.(tier.HealthReporter); ok {
+			tu.Degraded = !h.Healthy()
+		}
+		out = append(out, tu)
 	}
 	return out
 }

@@ -65,14 +65,18 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "ctxmemd %s\tpid %d, up %s\n", st.Version, st.PID, up)
 	fmt.Fprintf(tw, "mount\t%s\n", st.Mount)
 	fmt.Fprintf(tw, "data dir\t%s\n\n", st.DataDir)
-	fmt.Fprintln(tw, "TIER\tUSED\tCAPACITY\tUSE\tBLOCKS")
+	fmt.Fprintln(tw, "TIER\tUSED\tCAPACITY\tUSE\tBLOCKS\tSTATE")
 	for _, t := range st.Tiers {
 		capTxt, use := "unbounded", "-"
 		if t.CapacityBytes > 0 {
 			capTxt = config.HumanSize(t.CapacityBytes)
 			use = fmt.Sprintf("%.1f%%", 100*float64(t.UsedBytes)/float64(t.CapacityBytes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks)
+		state := "ok"
+		if t.Degraded {
+			state = "DEGRADED (backend not answering)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks, state)
 	}
 	s := st.Stats
 	rq, bl, by := metrics.HitRatios(s)

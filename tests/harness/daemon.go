@@ -235,6 +235,7 @@ type TierStatus struct {
 	UsedBytes     int64  `json:"used_bytes"`
 	CapacityBytes int64  `json:"capacity_bytes"`
 	Blocks        int64  `json:"blocks"`
+	Degraded      bool   `json:"degraded"`
 }
 
 // Status is the part of `ctxmemd status --json` the tests read; Stats keeps

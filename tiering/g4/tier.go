@@ -137,6 +137,16 @@ func (t *Tier) Stats() Stats {
 	}
 }
 
+// Healthy implements tier.HealthReporter: false while the object store
+// reports its latest call failed (stores that do not report health are
+// always healthy).
+func (t *Tier) Healthy() bool {
+	if h, ok := t.store.(tier.HealthReporter); ok {
+		return h.Healthy()
+	}
+	return true
+}
+
 // Store returns the backend the tier runs on.
 func (t *Tier) Store() ObjectStore { return t.store }
 

@@ -106,6 +106,13 @@ func Checksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 // UpdateChecksum extends crc with p (CRC32C).
 func UpdateChecksum(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
 
+// HealthReporter is implemented by tiers whose backend can be unreachable
+// (G4 on S3). Healthy reports whether the latest backend call succeeded;
+// status and metrics show such a tier as degraded until one does again.
+type HealthReporter interface {
+	Healthy() bool
+}
+
 // Expirer is implemented by tiers whose blocks expire after a TTL (G4).
 // ExpireBefore deletes every block stored before t and returns how many.
 type Expirer interface {
