@@ -8,6 +8,8 @@
 #   3. fio through a live mount vs the same jobs on tmpfs (fio_bench.sh).
 #   4. The full conversation-trace replay through the mount, and the
 #      daemon's peak RSS against its G2 budget.
+#   5. NBD against nbdkit memory (nbd/bench/nbd_bench.sh).
+#   6. G4 on S3 against a bare minio-go loop (needs versitygw).
 #
 # Environment: DRAM (G2 budget, default 2GiB), G3_SIZE (default 8GiB),
 # REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
@@ -64,3 +66,9 @@ section "Daemon memory: peak RSS vs G2 budget"
 hwm_kib=$(awk '/VmHWM/ {print $2}' /proc/$pid/status)
 rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
 echo "G2 budget $DRAM; daemon VmRSS $((rss_kib / 1024)) MiB, peak (VmHWM) $((hwm_kib / 1024)) MiB"
+
+section "NBD: ctxmemd vs nbdkit memory (same size, same clients)"
+bash nbd/bench/nbd_bench.sh
+
+section "G4 on S3: tier vs bare minio-go on one versitygw, restore latency of an 8 MiB file"
+PATH="$(go env GOPATH)/bin:$PATH" go test -run '^$' -bench . -benchtime 50x ./tiering/g4/s3/ 2>&1 | grep -E '^(Benchmark|ok|\s)'
