@@ -211,6 +211,12 @@ func (c Config) EnsureDirs() error {
 		}{p, 0o700})
 	}
 	for _, d := range dirs {
+		// Parents are world-traversable (0755): the mount point may sit
+		// next to the private data directory (the embedded default), and
+		// other users must reach the mount.
+		if err := os.MkdirAll(filepath.Dir(d.path), 0o755); err != nil {
+			return fmt.Errorf("config: create %s: %w", filepath.Dir(d.path), err)
+		}
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("config: create %s: %w", d.path, err)
 		}

@@ -201,7 +201,20 @@ func (s *Server) Unmount() error {
 	default:
 	}
 	if err := s.srv.Unmount(); err != nil {
-		return fmt.Errorf("fusefs: unmount %s: %w", s.mountpoint, err)
+		// Busy (a process has its working directory or a file open in
+		// the mount): detach it lazily so no new lookup can enter, serve
+		// what is in flight for a moment, and stop. Processes still inside
+		// then get ENOTCONN instead of a mount left behind.
+		if derr := syscall.Unmount(s.mountpoint, syscall.MNT_DETACH); derr != nil {
+			return fmt.Errorf("fusefs: unmount %s: %w (lazy detach: %v)", s.mountpoint, err, derr)
+		}
+		s.fsys.log.Warn("fusefs: mount busy at stop; detached lazily", "mountpoint", s.mountpoint, "err", err)
+		select {
+		case <-s.served:
+		case <-time.After(2 * time.Second):
+		}
+		s.shutdown()
+		return nil
 	}
 	<-s.served
 	s.shutdown()

@@ -82,11 +82,12 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	}
 	r := bref{o.id, idx}
 	g := b.g2.Load()
+	src := tiG2
 	if g == nil {
 		blen := o.blockLen(idx)
 		if s.admitG2(r, blen) {
 			var err error
-			if g, err = s.promoteLocked(ctx, o, idx, b); err != nil {
+			if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
 				return 0, err
 			}
 		}
@@ -94,8 +95,8 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	if g != nil {
 		copyBlock(dst, g, boff)
 		s.touch(r, !b.dirty && !o.pinned)
-		s.countHit(tiG2, len(dst))
-		return tiG2, nil
+		s.countHit(src, len(dst)) // a promoted block is a hit of the tier it came from
+		return src, nil
 	}
 	// Not admitted to G2: read the range straight from the lower tier.
 	src, err := s.readLower(ctx, o, idx, b, dst, int64(boff))
@@ -172,24 +173,26 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 
 // promoteLocked copies block idx from a lower tier into a new G2 buffer and
 // installs it, returning the installed copy (another reader's, if it won
-// the race). o.mu is held for reading or writing.
-func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, error) {
+// the race) and the tier index it was read from. o.mu is held for reading
+// or writing.
+func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, int, error) {
 	blen := o.blockLen(idx)
 	g, err := s.allocG2(max(blen, 1), o.pinned)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if _, err := s.readLower(ctx, o, idx, b, g.buf[:blen], 0); err != nil {
+	src, err := s.readLower(ctx, o, idx, b, g.buf[:blen], 0)
+	if err != nil {
 		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
-		return nil, err
+		return nil, 0, err
 	}
 	g.n = blen
 	if !b.g2.CompareAndSwap(nil, g) {
 		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
-		return b.g2.Load(), nil
+		return b.g2.Load(), tiG2, nil
 	}
 	s.c.promotions.Add(1)
-	return g, nil
+	return g, src, nil
 }
 
 // promote brings block idx of o into G2 (prestage). When force is set it
@@ -208,7 +211,7 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if s.g2used.Load()+blen > s.cfg.G2Bytes && !o.pinned {
 		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
 	}
-	if _, err := s.promoteLocked(ctx, o, idx, b); err != nil {
+	if _, _, err := s.promoteLocked(ctx, o, idx, b); err != nil {
 		return err
 	}
 	s.touch(bref{o.id, idx}, !b.dirty && !o.pinned)

@@ -40,11 +40,14 @@ type g2block struct {
 // install a promoted copy with CompareAndSwap); every other field, and
 // replacing or clearing g2, needs the object's write lock.
 type blockState struct {
-	g2      atomic.Pointer[g2block]
-	inG3    bool
-	inG4    bool
-	dirty   bool
-	queued  bool   // waiting in the write-back queue
+	g2     atomic.Pointer[g2block]
+	inG3   bool
+	inG4   bool
+	dirty  bool
+	queued bool // waiting in the write-back queue
+	// wbBusy is set while a write-back worker stores this block: a second
+	// worker must not store an older copy after a newer one.
+	wbBusy  bool
 	version uint64 // bumped by every write
 	dirtyN  int64  // bytes this block adds to Store.g2dirty while dirty
 	// cleanVer is the latest version stored below G2 (NBD FLUSH waits for it).

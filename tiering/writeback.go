@@ -88,6 +88,13 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.mu.Unlock()
 		return
 	}
+	if b.wbBusy {
+		// Another worker is storing an older version; it requeues the
+		// block when it finishes if the block is still dirty.
+		o.mu.Unlock()
+		return
+	}
+	b.wbBusy = true
 	n := o.blockLen(r.idx)
 	data := buf[:n]
 	copyBlock(data, g, 0)
@@ -97,6 +104,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	o.mu.Unlock()
 
 	ti, err := s.putLower(s.ctx, r, k, data)
+	defer s.requeueIfDirty(o, b, r)
 	if err != nil {
 		if s.ctx.Err() != nil {
 			return
@@ -288,5 +296,18 @@ func (s *Store) drainGC() {
 			}
 		}
 		cancel()
+	}
+}
+
+// requeueIfDirty ends a write-back of b: it clears wbBusy and queues the
+// block again when it is still dirty and not queued (written meanwhile,
+// or a failed attempt that is not being retried elsewhere).
+func (s *Store) requeueIfDirty(o *object, b *blockState, r bref) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b.wbBusy = false
+	if !o.deleted && o.blocks[r.idx] == b && b.dirty && !b.queued && s.ctx.Err() == nil {
+		b.queued = true
+		s.enqueueWB(r)
 	}
 }
