@@ -101,8 +101,11 @@ type Config struct {
 	// NBD lists NBD listener URLs (unix:///path, tcp://host:port),
 	// comma-separated; "" disables the NBD front end.
 	NBD string
-	// NBDSize is the size in bytes of the NBD export "default".
+	// NBDSize is the size in bytes of the NBD export "default", served
+	// when Exports is empty.
 	NBDSize int64
+	// Exports are the declared NBD exports (YAML only).
+	Exports []Export
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// Namespaces are the declared namespaces (YAML only).
@@ -131,6 +134,18 @@ type Namespace struct {
 	// Identity: two hosts share a block only when all of these match.
 	ModelID, ModelRevision, TokenizerRevision string
 	KVDtype, LayoutVersion, Tenant            string
+}
+
+// Export is one NBD export declared in the YAML exports: list. Its bytes
+// are an object of the tiering core (namespace "nbd").
+type Export struct {
+	Name string
+	// Size in bytes; an existing export may grow, never shrink.
+	Size int64
+	// BlockSize in bytes; 0 means the NBD front end's default (64 KiB).
+	BlockSize int
+	// ReadOnly exports refuse writes, trims and write-zeroes (EPERM).
+	ReadOnly bool
 }
 
 // Source reports which layer set the option named by its YAML key

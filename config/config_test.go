@@ -384,3 +384,24 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+func TestYAMLExports(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("exports:\n  - name: swap\n    size: 2GiB\n    read_only: false\n  - name: golden\n    size: 64MiB\n    block_size: 256KiB\n    read_only: true\n"), 0o644)
+	c, err := Load(Inputs{File: p, FileExplicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Exports) != 2 || c.Exports[0] != (Export{Name: "swap", Size: 2 << 30}) ||
+		c.Exports[1] != (Export{Name: "golden", Size: 64 << 20, BlockSize: 256 << 10, ReadOnly: true}) {
+		t.Fatalf("exports %+v", c.Exports)
+	}
+	for _, bad := range []string{"exports:\n  - name: x\n", "exports:\n  - name: x\n    size: 1G\n    colour: red\n",
+		"exports:\n  - name: x\n    size: 1G\n  - name: x\n    size: 1G\n"} {
+		os.WriteFile(p, []byte(bad), 0o644)
+		if _, err := Load(Inputs{File: p, FileExplicit: true}); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

@@ -39,7 +39,7 @@ func applyYAML(c *Config, file string, data []byte) error {
 	for _, o := range opts {
 		keys = append(keys, o.Key)
 	}
-	keys = append(keys, "namespaces")
+	keys = append(keys, "namespaces", "exports")
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -48,6 +48,14 @@ func applyYAML(c *Config, file string, data []byte) error {
 			return fmt.Errorf("config: %s line %d: key %q given twice", file, k.Line, key)
 		}
 		seen[key] = true
+		if key == "exports" {
+			ex, err := parseExports(file, v)
+			if err != nil {
+				return err
+			}
+			c.Exports = ex
+			continue
+		}
 		if key == "namespaces" {
 			ns, err := parseNamespaces(file, v)
 			if err != nil {
@@ -238,4 +246,63 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// exportKeys are the keys an exports: entry may have.
+func exportKeys() []string { return []string{"name", "size", "block_size", "read_only"} }
+
+// parseExports decodes the exports: list (NBD exports).
+func parseExports(file string, n *yaml.Node) ([]Export, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("config: %s line %d: exports must be a list", file, n.Line)
+	}
+	var out []Export
+	seen := map[string]bool{}
+	for _, e := range n.Content {
+		if e.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("config: %s line %d: each export must be a mapping (name: ..., size: ...)", file, e.Line)
+		}
+		var ex Export
+		for i := 0; i+1 < len(e.Content); i += 2 {
+			k, v := e.Content[i], e.Content[i+1]
+			val, err := scalar(v)
+			if err != nil {
+				return nil, fmt.Errorf("config: %s line %d: exports.%s: %v", file, v.Line, k.Value, err)
+			}
+			switch k.Value {
+			case "name":
+				ex.Name = val
+			case "size", "block_size":
+				b, err := ParseSize(val)
+				if err != nil {
+					return nil, fmt.Errorf("config: %s line %d: exports.%s: %w", file, v.Line, k.Value, err)
+				}
+				if k.Value == "size" {
+					ex.Size = b
+				} else {
+					ex.BlockSize = int(b)
+				}
+			case "read_only":
+				b, err := strconv.ParseBool(strings.TrimSpace(val))
+				if err != nil {
+					return nil, fmt.Errorf("config: %s line %d: exports.read_only: %q is not true or false", file, v.Line, val)
+				}
+				ex.ReadOnly = b
+			default:
+				return nil, unknownKey(file, k.Line, k.Value, " in an export", exportKeys())
+			}
+		}
+		if ex.Name == "" || ex.Size <= 0 {
+			return nil, fmt.Errorf("config: %s line %d: an export needs a name and a size > 0", file, e.Line)
+		}
+		if seen[ex.Name] {
+			return nil, fmt.Errorf("config: %s line %d: export %q declared twice", file, e.Line, ex.Name)
+		}
+		seen[ex.Name] = true
+		out = append(out, ex)
+	}
+	return out, nil
 }

@@ -186,11 +186,18 @@ func (d *daemon) open(ctx context.Context) error {
 	return nil
 }
 
-// startNBD serves the export "default" (cfg.NBDSize bytes) on every
-// listener of cfg.NBD. Listeners are opened before the daemon reports
+// startNBD serves the configured exports (or one export "default" of
+// cfg.NBDSize bytes) on every listener of cfg.NBD. Listeners are opened before the daemon reports
 // itself serving, so a bad address fails the start.
 func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
-	srv, err := nbd.NewServer(st, []nbd.Export{{Name: "default", Size: d.cfg.NBDSize}},
+	exports := []nbd.Export{{Name: "default", Size: d.cfg.NBDSize}}
+	if len(d.cfg.Exports) > 0 {
+		exports = exports[:0]
+		for _, e := range d.cfg.Exports {
+			exports = append(exports, nbd.Export{Name: e.Name, Size: e.Size, BlockSize: e.BlockSize, ReadOnly: e.ReadOnly})
+		}
+	}
+	srv, err := nbd.NewServer(st, exports,
 		nbd.Options{StateDir: d.cfg.DataDir, Logger: d.log.With("component", "nbd")})
 	if err != nil {
 		return fmt.Errorf("nbd: %w", err)
@@ -204,7 +211,7 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 		if err != nil {
 			return fmt.Errorf("nbd listen %s: %w", u, err)
 		}
-		d.log.Info("nbd serving", "listen", u, "export", "default", "size", config.FormatSize(d.cfg.NBDSize))
+		d.log.Info("nbd serving", "listen", u, "exports", len(exports))
 		d.goroutine(ctx, "nbd "+u, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	}
 	return nil
