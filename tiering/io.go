@@ -243,14 +243,9 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
 		return 0, err
 	}
-	o := s.get(id)
-	if o == nil {
-		return 0, ErrNotExist
-	}
-	o.mu.Lock()
-	if o.deleted {
-		o.mu.Unlock()
-		return 0, ErrNotExist
+	o, err := s.lockLive(id)
+	if err != nil {
+		return 0, err
 	}
 	if err := s.markMetaDirty(o); err != nil {
 		o.mu.Unlock()
@@ -371,14 +366,9 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	if size < 0 || size > maxObjectSize {
 		return fmt.Errorf("%w: size %d", ErrInvalid, size)
 	}
-	o := s.get(id)
-	if o == nil {
-		return ErrNotExist
-	}
-	o.mu.Lock()
-	if o.deleted {
-		o.mu.Unlock()
-		return ErrNotExist
+	o, err := s.lockLive(id)
+	if err != nil {
+		return err
 	}
 	if size == o.size && size != 0 {
 		o.mu.Unlock()
@@ -402,7 +392,6 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		o.mu.Unlock()
 		return err
 	}
-	var err error
 	if size < o.size {
 		last := uint32((size - 1) / int64(o.bs))
 		for idx := range o.blocks {
@@ -519,14 +508,9 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 	if err := s.waitRoom(ctx, 0); err != nil {
 		return err
 	}
-	o := s.get(id)
-	if o == nil {
-		return ErrNotExist
-	}
-	o.mu.Lock()
-	if o.deleted {
-		o.mu.Unlock()
-		return ErrNotExist
+	o, err := s.lockLive(id)
+	if err != nil {
+		return err
 	}
 	end := min(off+length, o.size)
 	if off >= end {
@@ -537,7 +521,6 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		o.mu.Unlock()
 		return err
 	}
-	var err error
 	for pos := off; pos < end && err == nil; {
 		idx := uint32(pos / int64(o.bs))
 		boff := int(pos % int64(o.bs))

@@ -257,6 +257,35 @@ func (s *Store) OnLost(fn func(ObjectID)) {
 	s.lostMu.Unlock()
 }
 
+// lockLive returns the live object id with its lock held for writing, or
+// ErrNotExist.
+func (s *Store) lockLive(id ObjectID) (*object, error) {
+	o := s.get(id)
+	if o == nil {
+		return nil, ErrNotExist
+	}
+	o.mu.Lock()
+	if o.deleted {
+		o.mu.Unlock()
+		return nil, ErrNotExist
+	}
+	return o, nil
+}
+
+// rlockLive is lockLive with the lock held for reading.
+func (s *Store) rlockLive(id ObjectID) (*object, error) {
+	o := s.get(id)
+	if o == nil {
+		return nil, ErrNotExist
+	}
+	o.mu.RLock()
+	if o.deleted {
+		o.mu.RUnlock()
+		return nil, ErrNotExist
+	}
+	return o, nil
+}
+
 func (s *Store) get(id ObjectID) *object {
 	s.mu.RLock()
 	o := s.objects[id]
@@ -312,15 +341,11 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 
 // Stat returns the object's description, or ErrNotExist.
 func (s *Store) Stat(id ObjectID) (ObjectInfo, error) {
-	o := s.get(id)
-	if o == nil {
-		return ObjectInfo{}, ErrNotExist
+	o, err := s.rlockLive(id)
+	if err != nil {
+		return ObjectInfo{}, err
 	}
-	o.mu.RLock()
 	defer o.mu.RUnlock()
-	if o.deleted {
-		return ObjectInfo{}, ErrNotExist
-	}
 	return o.info(), nil
 }
 
@@ -347,16 +372,10 @@ func (s *Store) Objects() []ObjectInfo {
 // Delete removes the object: its record at once, its block copies in every
 // tier in the background. Errors: ErrNotExist.
 func (s *Store) Delete(ctx context.Context, id ObjectID) error {
-	o := s.get(id)
-	if o == nil {
-		return ErrNotExist
+	o, err := s.lockLive(id)
+	if err != nil {
+		return err
 	}
-	o.mu.Lock()
-	if o.deleted {
-		o.mu.Unlock()
-		return ErrNotExist
-	}
-	var err error
 	if o.persisted {
 		err = s.meta.del(id)
 	}
@@ -454,14 +473,9 @@ const KindNBD = "nbd"
 // are promoted and never evicted. Errors: ErrNotExist, tier.ErrNoSpace when
 // pinning would exceed the pinned-bytes bound.
 func (s *Store) SetPinned(id ObjectID, pinned bool) error {
-	o := s.get(id)
-	if o == nil {
-		return ErrNotExist
-	}
-	o.mu.Lock()
-	if o.deleted {
-		o.mu.Unlock()
-		return ErrNotExist
+	o, err := s.lockLive(id)
+	if err != nil {
+		return err
 	}
 	if o.pinned == pinned {
 		o.mu.Unlock()
@@ -495,7 +509,6 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 	}
 	s.g2mu.Unlock()
 	s.g2pinned.Add(delta)
-	var err error
 	if o.persisted {
 		err = s.meta.put(id, o.record(s.persistedState(o)))
 	}
@@ -569,15 +582,11 @@ func (s *Store) PrestageWait(ctx context.Context, id ObjectID) error {
 // BlockTiers returns, for each block of the object in order, the name of
 // the highest tier holding it ("G2", "G3", "G4") or "hole".
 func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
-	o := s.get(id)
-	if o == nil {
-		return nil, ErrNotExist
+	o, err := s.rlockLive(id)
+	if err != nil {
+		return nil, err
 	}
-	o.mu.RLock()
 	defer o.mu.RUnlock()
-	if o.deleted {
-		return nil, ErrNotExist
-	}
 	n := (o.size + int64(o.bs) - 1) / int64(o.bs)
 	out := make([]string, n)
 	for i := range out {
