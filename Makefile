@@ -14,13 +14,14 @@ TEST_TIMEOUT ?= 40m
 
 # Debian packages the daemon and the tests need.
 RUN_PKGS  := fuse3 attr
-TEST_PKGS := fuse3 attr fio jq util-linux e2fsprogs libnbd-bin python3-libnbd qemu-utils nbdkit
+TEST_PKGS := fuse3 attr fio jq util-linux e2fsprogs libnbd-bin python3-libnbd qemu-utils nbdkit rpm lintian
 
 # Test servers built from the Go module proxy (the S3 server for G4 tests).
 VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test bench deps-run deps-test vet fmt-check clean
+.PHONY: all build run test bench deps-run deps-test vet fmt-check clean deb rpm pkg-bin
 
 all: build
 
@@ -42,6 +43,7 @@ deps-run:
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
 	@[ -x $(GOBIN_DIR)/versitygw ] || { echo "go install $(VERSITYGW) (a few minutes, once)"; $(GO) install $(VERSITYGW); }
+	@[ -x $(GOBIN_DIR)/nfpm ] || { echo "go install $(NFPM)"; $(GO) install $(NFPM); }
 
 run: deps-run build
 	$(SUDO) ./$(BIN) run $(ARGS)
@@ -61,6 +63,20 @@ bench: deps-test build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...
 	$(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/
 	bash tests/bench/run.sh
+
+# Package version: a release tag (v1.2.3[-N-gHASH]) loses its v; before the
+# first tag git describe gives a bare hash, which becomes 0.0.0-git.<hash>.
+PKG_VERSION := $(shell echo $(VERSION) | sed -E 's/^v?([0-9]+\.[0-9]+)/\1/; t; s/^/0.0.0-git./')
+
+# Static PIE, stripped: lintian reports no errors on it.
+pkg-bin:
+	CGO_ENABLED=0 $(GO) build -buildmode=pie -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/ctxmemd
+
+# make deb rpm: packages in dist/ built with nfpm from packaging/.
+deb rpm: pkg-bin
+	@[ -x $(GOBIN_DIR)/nfpm ] || $(GO) install $(NFPM)
+	mkdir -p dist
+	VERSION=$(PKG_VERSION) $(GOBIN_DIR)/nfpm package -f packaging/nfpm.yaml -p $@ -t dist/
 
 clean:
 	rm -rf bin dist

@@ -22,6 +22,7 @@ import (
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/metrics"
 	"github.com/ctxmem/ctxmemd/nbd"
+	"github.com/ctxmem/ctxmemd/service"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
@@ -72,6 +73,30 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		"admin", cfg.Admin, "metrics", cfg.Metrics)
 	fmt.Fprintf(c.App.ErrWriter, "ctxmemd: mounted %s (namespaces: %s); stop with Ctrl-C\n", cfg.Mount, strings.Join(d.namespaceNames(), ", "))
 
+	// systemd (Type=notify): READY=1 only now that the mount and the NBD
+	// listeners are live; STATUS= every 10 s; WATCHDOG=1 only while a
+	// statfs of the mount answers, so a wedged FUSE loop stops the pings.
+	// All no-ops without NOTIFY_SOCKET.
+	notifier := service.New(log)
+	d.goroutine(ctx, "watchdog", func(ctx context.Context) error {
+		return notifier.RunWatchdog(ctx, service.StatfsCheck(cfg.Mount))
+	})
+	if err := notifier.Ready(d.statusLine()); err != nil {
+		log.Warn("systemd notify", "err", err)
+	}
+	d.goroutine(ctx, "sd-status", func(ctx context.Context) error {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				_ = notifier.Status(d.statusLine())
+			}
+		}
+	})
+
 	unmounted := make(chan struct{})
 	go func() { d.fuse.Wait(); close(unmounted) }()
 	var runErr error
@@ -83,6 +108,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	case runErr = <-d.errs:
 		log.Error("stopping on error", "err", runErr)
 	}
+	_ = notifier.Stopping()
 	cancel()
 	if err := d.close(); err != nil && runErr == nil {
 		runErr = err
@@ -322,6 +348,22 @@ func (d *daemon) namespaceNames() []string {
 		names = append(names, ns.Name)
 	}
 	return names
+}
+
+// statusLine is the one-line tier summary sent to systemd as STATUS=.
+func (d *daemon) statusLine() string {
+	var parts []string
+	for _, t := range d.store.Occupancy() {
+		s := t.Name + " " + config.HumanSize(t.UsedBytes)
+		if t.CapacityBytes > 0 {
+			s += "/" + config.HumanSize(t.CapacityBytes)
+		}
+		if t.Degraded {
+			s += " DEGRADED"
+		}
+		parts = append(parts, s)
+	}
+	return "serving " + d.cfg.Mount + ": " + strings.Join(parts, ", ")
 }
 
 // Status implements admin.Provider.
