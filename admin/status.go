@@ -17,6 +17,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
 )
@@ -37,6 +38,16 @@ type Status struct {
 	Stats tiering.Stats `json:"stats"`
 	// Namespaces are the mounted namespaces.
 	Namespaces []NamespaceStatus `json:"namespaces"`
+	// Links are the watched network interfaces (config key link).
+	Links []LinkStatus `json:"links,omitempty"`
+}
+
+// LinkStatus is one watched network interface in Status.
+type LinkStatus struct {
+	Name      string    `json:"name"`
+	Up        bool      `json:"up"`
+	OperState string    `json:"oper_state"`
+	Changed   time.Time `json:"changed"`
 }
 
 // NamespaceStatus is one namespace in Status.

@@ -106,6 +106,9 @@ type Config struct {
 	NBDSize int64
 	// Exports are the declared NBD exports (YAML only).
 	Exports []Export
+	// Link names the network interface whose link state is watched
+	// (the one that reaches the G3.5 pools); "" watches none.
+	Link string
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// Namespaces are the declared namespaces (YAML only).

@@ -110,6 +110,8 @@ func table() []Option {
 			setString(func(c *Config) *string { return &c.NBD }), getString(func(c *Config) *string { return &c.NBD })),
 		opt("nbd_size", "1GiB", "size of the NBD export named default",
 			setSize(func(c *Config) *int64 { return &c.NBDSize }), getSize(func(c *Config) *int64 { return &c.NBDSize })),
+		opt("link", "", "network interface that reaches the CMX pools; its link state is watched (netlink) and shown in status; empty = none",
+			setString(func(c *Config) *string { return &c.Link }), getString(func(c *Config) *string { return &c.Link })),
 		opt("log_level", "info", "log level: debug, info, warn or error",
 			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),
 	}

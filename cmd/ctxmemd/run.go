@@ -19,6 +19,7 @@ import (
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/fabric"
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/metrics"
 	"github.com/ctxmem/ctxmemd/nbd"
@@ -39,6 +40,7 @@ type daemon struct {
 	g4    *g4.Tier
 	store *tiering.Store
 	fuse  *fusefs.Server
+	link  *fabric.LinkWatcher
 	start time.Time
 
 	wg   sync.WaitGroup
@@ -184,6 +186,16 @@ func (d *daemon) open(ctx context.Context) error {
 		if err := d.startNBD(ctx, st); err != nil {
 			return err
 		}
+	}
+	if cfg.Link != "" {
+		w, err := fabric.WatchLink(cfg.Link, fabric.OnChange(func(s fabric.LinkState) {
+			d.log.Warn("link state changed", "link", s.Name, "up", s.Up, "oper_state", s.OperState)
+		}))
+		if err != nil {
+			return fmt.Errorf("link %s: %w", cfg.Link, err)
+		}
+		d.link = w
+		d.goroutine(ctx, "link-watch", w.Run)
 	}
 
 	d.goroutine(ctx, "admin", func(ctx context.Context) error {
@@ -369,6 +381,10 @@ func (d *daemon) statusLine() string {
 // Status implements admin.Provider.
 func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats()}
+	if d.link != nil {
+		l := d.link.State()
+		st.Links = append(st.Links, admin.LinkStatus{Name: l.Name, Up: l.Up, OperState: l.OperState, Changed: l.Changed})
+	}
 	per := map[string]*admin.NamespaceStatus{}
 	for _, ns := range fuseNamespaces(d.cfg) {
 		st.Namespaces = append(st.Namespaces, admin.NamespaceStatus{Name: ns.Name, BlockSize: ns.BlockSize, QuotaBytes: ns.QuotaBytes,

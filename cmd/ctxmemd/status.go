@@ -103,6 +103,13 @@ func writeStatus(w io.Writer, st admin.Status) error {
 				config.FormatSize(int64(n.BlockSize)), q, n.ModelID)
 		}
 	}
+	for _, l := range st.Links {
+		state := "DOWN"
+		if l.Up {
+			state = "up"
+		}
+		fmt.Fprintf(tw, "\nlink %s\t%s (%s) since %s\n", l.Name, state, l.OperState, l.Changed.Format(time.RFC3339))
+	}
 	return tw.Flush()
 }
 
