@@ -13,12 +13,13 @@ import (
 // the low watermark.
 func (s *Store) evictLoop() {
 	defer s.wg.Done()
-	high := int64(s.cfg.G2High * float64(s.cfg.G2Bytes))
-	low := int64(s.cfg.G2Low * float64(s.cfg.G2Bytes))
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		ch := s.needEvict.c()
+		lim := s.limits()
+		high := int64(lim.High * float64(lim.Bytes))
+		low := int64(lim.Low * float64(lim.Bytes))
 		if s.g2used.Load() > high {
 			for s.g2used.Load() > low && s.ctx.Err() == nil {
 				s.g2mu.Lock()

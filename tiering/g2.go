@@ -18,7 +18,7 @@ func (s *Store) allocG2(n int, pinned bool) (*g2block, error) {
 	if pinned {
 		s.g2pinned.Add(int64(len(buf)))
 	}
-	if float64(used) > s.cfg.G2High*float64(s.cfg.G2Bytes) {
+	if float64(used) > s.limits().High*float64(s.limits().Bytes) {
 		s.needEvict.broadcast()
 	}
 	return &g2block{buf: buf}, nil
@@ -44,11 +44,11 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 // more bytes and dirty bytes are under their bound, or ctx ends.
 func (s *Store) waitRoom(ctx context.Context, need int64) error {
 	ok := func() bool {
-		return s.g2dirty.Load()+need <= s.cfg.DirtyBytes || s.g2dirty.Load() == 0
+		return s.g2dirty.Load()+need <= s.limits().Dirty || s.g2dirty.Load() == 0
 	}
 	room := func() bool {
 		u := s.g2used.Load()
-		return u+need <= s.cfg.G2Bytes || u == 0
+		return u+need <= s.limits().Bytes || u == 0
 	}
 	if ok() && room() {
 		return nil
@@ -88,10 +88,10 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 // frequency sketch rates the block above the current eviction victim
 // (TinyLFU admission).
 func (s *Store) admitG2(r bref, n int) bool {
-	if float64(s.g2used.Load()+int64(n)) <= s.cfg.G2High*float64(s.cfg.G2Bytes) {
+	if float64(s.g2used.Load()+int64(n)) <= s.limits().High*float64(s.limits().Bytes) {
 		return true
 	}
-	if s.g2used.Load()+int64(n) > s.cfg.G2Bytes {
+	if s.g2used.Load()+int64(n) > s.limits().Bytes {
 		return false
 	}
 	return s.place.policy.ShouldAdmit(r.hash(), time.Now())

@@ -208,7 +208,7 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 		return nil
 	}
 	blen := int64(o.blockLen(idx))
-	if s.g2used.Load()+blen > s.cfg.G2Bytes && !o.pinned {
+	if s.g2used.Load()+blen > s.limits().Bytes && !o.pinned {
 		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
 	}
 	if _, _, err := s.promoteLocked(ctx, o, idx, b); err != nil {

@@ -149,6 +149,8 @@ type Store struct {
 	lostMu sync.Mutex
 	onLost func(ObjectID)
 
+	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
+
 	c      counters
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -186,6 +188,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		gcReady:    newSignal(),
 		cleanReady: newSignal(),
 	}
+	s.lim.Store(&G2Limits{Bytes: cfg.G2Bytes, High: cfg.G2High, Low: cfg.G2Low, Dirty: cfg.DirtyBytes})
 	if s.place, err = newPlacement(cfg); err != nil {
 		meta.close()
 		return nil, err
@@ -482,7 +485,7 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 		return nil
 	}
 	if pinned {
-		limit := int64(float64(s.cfg.G2Bytes) * s.cfg.PinnedFraction)
+		limit := int64(float64(s.limits().Bytes) * s.cfg.PinnedFraction)
 		if s.g2pinned.Load()+o.size > limit {
 			o.mu.Unlock()
 			return fmt.Errorf("pin object %d (%d bytes): pinned bytes would exceed %d: %w", id, o.size, limit, tier.ErrNoSpace)
@@ -632,8 +635,8 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 
 // Occupancy reports G2, then G3 and G4 when configured.
 func (s *Store) Occupancy() []TierUsage {
-	out := []TierUsage{{Name: TierG2, UsedBytes: s.g2used.Load(), CapacityBytes: s.cfg.G2Bytes,
-		Blocks: s.g2blocks.Load(), HighWatermark: s.cfg.G2High, LowWatermark: s.cfg.G2Low}}
+	out := []TierUsage{{Name: TierG2, UsedBytes: s.g2used.Load(), CapacityBytes: s.limits().Bytes,
+		Blocks: s.g2blocks.Load(), HighWatermark: s.limits().High, LowWatermark: s.limits().Low}}
 	for _, t := range []tier.Tier{s.g3, s.g4} {
 		if t == nil {
 			continue
@@ -653,7 +656,7 @@ func (s *Store) Occupancy() []TierUsage {
 // blocks go cold to G4), and what remains of it. With no G3 capacity limit
 // the G2 budget alone is reported.
 func (s *Store) Capacity() (total, free int64) {
-	total = s.cfg.G2Bytes
+	total = s.limits().Bytes
 	used := s.g2dirty.Load()
 	if s.g3 != nil {
 		u := s.g3.Usage()
@@ -674,7 +677,7 @@ func (s *Store) Stats() Stats {
 		BlockReads: s.c.blockReads.Load(), BlockMisses: s.c.blockMisses.Load(),
 		ByteReads: s.c.byteReads.Load(),
 		BlockHits: tierMap(&s.c.blockHits), ByteHits: tierMap(&s.c.byteHits),
-		DirtyBytes: s.g2dirty.Load(), DirtyLimitBytes: s.cfg.DirtyBytes,
+		DirtyBytes: s.g2dirty.Load(), DirtyLimitBytes: s.limits().Dirty,
 		WriterWaits: s.c.writerWaits.Load(),
 		Evictions:   tierMap(&s.c.evictions), Demotions: tierMap(&s.c.demotions),
 		Promotions: s.c.promotions.Load(), AdmissionsDenied: s.c.admissionsDenied.Load(),
@@ -703,4 +706,29 @@ func (s *Store) IsExportBlock(k tier.Key) bool {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.kind == KindNBD && o.gen == k.Gen && o.ns == k.Namespace
+}
+
+// G2Limits are the G2 settings that can change while the store runs.
+type G2Limits struct {
+	Bytes     int64   // DRAM budget in bytes
+	High, Low float64 // watermarks, fractions of Bytes
+	Dirty     int64   // bound on dirty bytes
+}
+
+func (s *Store) limits() *G2Limits { return s.lim.Load() }
+
+// SetG2Limits changes the G2 budget, watermarks and dirty bound live (config
+// reload). A smaller budget takes effect as the evictor brings G2 down;
+// writers wait meanwhile. Errors: ErrInvalid for inconsistent limits.
+func (s *Store) SetG2Limits(l G2Limits) error {
+	if l.Dirty == 0 {
+		l.Dirty = l.Bytes / 4
+	}
+	if l.Bytes < 1<<20 || !(l.Low > 0 && l.Low < l.High && l.High <= 1) || l.Dirty <= 0 {
+		return fmt.Errorf("%w: G2 limits %+v", ErrInvalid, l)
+	}
+	s.lim.Store(&l)
+	s.needEvict.broadcast()
+	s.space.broadcast()
+	return nil
 }

@@ -36,12 +36,16 @@ import (
 type daemon struct {
 	cfg   config.Config
 	log   *slog.Logger
-	g3    *g3.Store
-	g4    *g4.Tier
-	store *tiering.Store
-	fuse  *fusefs.Server
-	link  *fabric.LinkWatcher
-	start time.Time
+	level *slog.LevelVar
+	// running is the configuration the live settings come from (updated
+	// by reload; owned by the reload goroutine).
+	running config.Config
+	g3      *g3.Store
+	g4      *g4.Tier
+	store   *tiering.Store
+	fuse    *fusefs.Server
+	link    *fabric.LinkWatcher
+	start   time.Time
 
 	wg   sync.WaitGroup
 	errs chan error // fatal errors of owned goroutines
@@ -51,7 +55,9 @@ type daemon struct {
 // (SIGINT/SIGTERM) or the FUSE server stops; then it unmounts, writes back
 // dirty blocks (up to 30 s) and closes the tiers.
 func runDaemon(c *cli.Context, cfg config.Config) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.SlogLevel()}))
+	level := new(slog.LevelVar)
+	level.Set(cfg.SlogLevel())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 	if cfg.UsesDevRoot() {
 		fmt.Fprintf(c.App.ErrWriter, "ctxmemd: embedded default: mount %s, data %s (set --mount/--data-dir or a config file to change)\n",
@@ -63,7 +69,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	if err := cfg.EnsureDirs(); err != nil {
 		return withCode(exitFailure, err)
 	}
-	d := &daemon{cfg: cfg, log: log, start: time.Now(), errs: make(chan error, 4)}
+	d := &daemon{cfg: cfg, running: cfg, level: level, log: log, start: time.Now(), errs: make(chan error, 4)}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	if err := d.open(ctx); err != nil {
@@ -98,6 +104,8 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 			}
 		}
 	})
+
+	d.goroutine(ctx, "config-reload", func(ctx context.Context) error { return d.watchConfig(ctx, c) })
 
 	unmounted := make(chan struct{})
 	go func() { d.fuse.Wait(); close(unmounted) }()
