@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -692,9 +691,6 @@ func (s *Store) Stats() Stats {
 	s.mu.RUnlock()
 	return st
 }
-
-// heatScoreFloor avoids denormal arithmetic on long-idle scores.
-var _ = math.Exp2
 
 // IsExportBlock reports whether k is a block of the current generation of
 // an NBD export (such blocks are never dropped or expired).
