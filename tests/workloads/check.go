@@ -3,6 +3,8 @@ package workloads
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,4 +99,26 @@ func (r *run) finish(runErr error) (Report, error) {
 			strings.Join(msgs, "\n  ")))
 	}
 	return rep, errors.Join(errs...)
+}
+
+// base is what every workload run holds: its checks and counters, the
+// registry of object versions written, and its own directory.
+type base struct {
+	r    *run
+	g    *registry
+	root string
+}
+
+// runWorkload applies Params defaults, creates dir/sub and runs body with a
+// fresh base; the Report is the run's whatever body returns.
+func runWorkload(name, dir, sub string, p Params, body func(base) error) (Report, error) {
+	p = p.withDefaults()
+	if err := p.validate(); err != nil {
+		return Report{Workload: name}, err
+	}
+	b := base{r: newRun(name, p), g: newRegistry(), root: filepath.Join(dir, sub)}
+	if err := os.MkdirAll(b.root, 0o755); err != nil {
+		return b.r.finish(err)
+	}
+	return b.r.finish(body(b))
 }

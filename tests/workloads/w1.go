@@ -34,22 +34,13 @@ import (
 // consistent and (Params.StatfsTracksUsage) moving with writes and unlinks.
 // The error lists failed checks; Report counts operations.
 func RunW1(ctx context.Context, dir string, p Params) (Report, error) {
-	p = p.withDefaults()
-	if err := p.validate(); err != nil {
-		return Report{Workload: "W1"}, err
-	}
-	r := newRun("W1", p)
-	w := &w1{r: r, g: newRegistry(), root: filepath.Join(dir, "w1-hicache")}
-	if err := os.MkdirAll(w.root, 0o755); err != nil {
-		return r.finish(err)
-	}
-	return r.finish(w.run(ctx))
+	return runWorkload("W1", dir, "w1-hicache", p, func(b base) error {
+		return (&w1{base: b}).run(ctx)
+	})
 }
 
 type w1 struct {
-	r      *run
-	g      *registry
-	root   string
+	base
 	convs  [][]string // conversation → chained page hashes (hex)
 	shared map[string]bool
 	reqs   [][2]int // (conversation, prefix length)

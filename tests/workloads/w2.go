@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -29,22 +28,13 @@ import (
 // only; a read racing an unlink returns the full object or ENOENT; ENOENT
 // after every unlink; bytes read equal bytes written.
 func RunW2(ctx context.Context, dir string, p Params) (Report, error) {
-	p = p.withDefaults()
-	if err := p.validate(); err != nil {
-		return Report{Workload: "W2"}, err
-	}
-	r := newRun("W2", p)
-	w := &w2{r: r, g: newRegistry(), root: filepath.Join(dir, "w2-lmcache")}
-	if err := os.MkdirAll(w.root, 0o755); err != nil {
-		return r.finish(err)
-	}
-	return r.finish(w.run(ctx))
+	return runWorkload("W2", dir, "w2-lmcache", p, func(b base) error {
+		return (&w2{base: b}).run(ctx)
+	})
 }
 
 type w2 struct {
-	r     *run
-	g     *registry
-	root  string
+	base
 	bsize int64
 	cap   int64
 	keys  [][]*object // rank → keys

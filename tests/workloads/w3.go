@@ -36,22 +36,13 @@ import (
 // complete files are never short; no stray temp file; statvfs consistent
 // (and moving, with Params.StatfsTracksUsage).
 func RunW3(ctx context.Context, dir string, p Params) (Report, error) {
-	p = p.withDefaults()
-	if err := p.validate(); err != nil {
-		return Report{Workload: "W3"}, err
-	}
-	r := newRun("W3", p)
-	w := &w3{r: r, g: newRegistry(), root: filepath.Join(dir, "w3-fstier")}
-	if err := os.MkdirAll(w.root, 0o755); err != nil {
-		return r.finish(err)
-	}
-	return r.finish(w.run(ctx))
+	return runWorkload("W3", dir, "w3-fstier", p, func(b base) error {
+		return (&w3{base: b}).run(ctx)
+	})
 }
 
 type w3 struct {
-	r     *run
-	g     *registry
-	root  string
+	base
 	model string // "<model>_<12hex>"
 	cap   int64
 	// witness asks another goroutine to stat a path right after a rename.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -30,23 +29,14 @@ import (
 // overwrite leaves the old bytes after it; stat per key gives the full
 // size; every byte read back matches its generation.
 func RunW4(ctx context.Context, dir string, p Params) (Report, error) {
-	p = p.withDefaults()
-	if err := p.validate(); err != nil {
-		return Report{Workload: "W4"}, err
-	}
-	r := newRun("W4", p)
-	w := &w4{r: r, g: newRegistry(), root: filepath.Join(dir, "w4-nixl")}
-	if err := os.MkdirAll(w.root, 0o755); err != nil {
-		return r.finish(err)
-	}
-	return r.finish(w.run(ctx))
+	return runWorkload("W4", dir, "w4-nixl", p, func(b base) error {
+		return (&w4{base: b}).run(ctx)
+	})
 }
 
 type w4 struct {
-	r    *run
-	g    *registry
-	root string
-	cap  int64
+	base
+	cap int64
 }
 
 // files returns the _k and _v objects of rank's page i.
