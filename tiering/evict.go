@@ -2,6 +2,7 @@ package tiering
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,25 +66,31 @@ func (s *Store) evictOne(r bref) {
 	}
 	if !b.inG3 && s.g3 != nil {
 		if s.place.policy.PredictReuse(r.hash()) && s.admitG3(r) {
-			ver, k, n := b.version, o.key(r.idx), o.blockLen(r.idx)
+			k, n := o.key(r.idx), o.blockLen(r.idx)
 			buf, err := s.pool.get(n)
 			if err == nil {
 				copyBlock(buf[:n], b.g2.Load(), 0)
+				b.wbBusy = true // no write-back of a newer version may race this put
 				o.mu.Unlock()
 				ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 				err = s.g3.Put(ctx, k, buf[:n])
 				cancel()
 				s.pool.put(buf)
 				o.mu.Lock()
-				if err == nil {
-					if cur := o.blocks[r.idx]; !o.deleted && o.gen == k.Gen && cur == b && b.version == ver {
-						b.inG3 = true
-						s.c.demotions[tiG3].Add(1)
-					} else {
-						s.gc(s.g3, k)
-					}
+				b.wbBusy = false
+				live := !o.deleted && o.gen == k.Gen && o.blocks[r.idx] == b
+				if err == nil && live {
+					// If the block was rewritten meanwhile the copy is stale;
+					// its write-back (deferred by wbBusy) replaces or
+					// deletes it before the object is recorded clean.
+					b.inG3 = true
+					s.c.demotions[tiG3].Add(1)
 				}
-				if o.deleted || o.blocks[r.idx] != b || b.dirty || o.pinned {
+				if live && b.dirty && !b.queued {
+					b.queued = true
+					s.enqueueWB(r)
+				}
+				if !live || b.dirty || o.pinned {
 					o.mu.Unlock()
 					return
 				}
@@ -131,14 +138,15 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	b := o.blocks[k.Index]
 	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil || !b.inG3 {
+		o.mu.Unlock()
 		return id, true
 	}
-	b.inG3 = false
 	s.c.evictions[tiG3].Add(1)
 	if b.inG4 || b.dirty {
+		b.inG3 = false
+		o.mu.Unlock()
 		return id, true // G4 has it, or write-back will store the newer bytes
 	}
 	n := o.blockLen(k.Index)
@@ -146,37 +154,65 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if g := b.g2.Load(); g != nil {
 		copyBlock(data, g, 0)
 	} else {
-		b.inG3 = true // readable until the segment is reused
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		_, err := s.readLower(ctx, o, k.Index, b, data, 0)
+		_, err := s.readLower(ctx, o, k.Index, b, data, 0) // readable until the segment is reused
 		cancel()
-		b.inG3 = false
 		if err != nil {
+			b.inG3 = false
+			o.mu.Unlock()
 			return id, o.kind == KindNBD
 		}
 	}
+	// The G4 write runs without the object lock, so a slow object store
+	// does not stall the object's readers and writers; the block keeps
+	// reading from G3 meanwhile (the segment is not reused before this hook
+	// returns), and wbBusy keeps a write-back of a newer version from
+	// racing this put to the same key.
+	b.wbBusy = true
+	o.mu.Unlock()
+	err := errors.New("no G4")
 	if s.g4 != nil {
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		err := s.g4.Put(ctx, k, data)
+		err = s.g4.Put(ctx, k, data)
 		cancel()
-		if err == nil {
-			b.inG4 = true
-			s.c.demotions[tiG4].Add(1)
-			return id, true
+		if err != nil {
+			s.log.Warn("demote to G4 failed", "key", k.String(), "err", err)
 		}
-		s.log.Warn("demote to G4 failed", "key", k.String(), "err", err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b.wbBusy = false
+	if o.deleted || o.gen != k.Gen || o.blocks[k.Index] != b {
+		if err == nil {
+			s.gc(s.g4, k)
+		}
+		return id, true
+	}
+	if b.dirty && !b.queued {
+		b.queued = true
+		s.enqueueWB(bref{id, k.Index})
+	}
+	b.inG3 = false
+	if err == nil {
+		// If the block was rewritten meanwhile this copy is stale; write-back
+		// replaces or deletes it (see writeBack) before the object is
+		// recorded clean again.
+		b.inG4 = true
+		s.c.demotions[tiG4].Add(1)
+		return id, true
+	}
+	if b.dirty {
+		return id, true // write-back stores the newer bytes
 	}
 	if g := b.g2.Load(); g != nil {
 		// Keep the bytes we still have: write-back retries them.
-		if !b.dirty {
-			b.dirty = true
-			o.dirty++
-			b.dirtyN = int64(len(g.buf))
-			s.g2dirty.Add(b.dirtyN)
-			s.g2mu.Lock()
-			s.place.remove(bref{id, k.Index})
-			s.g2mu.Unlock()
-		}
+		b.dirty = true
+		o.dirty++
+		b.dirtyN = int64(len(g.buf))
+		s.g2dirty.Add(b.dirtyN)
+		s.g2mu.Lock()
+		s.place.remove(bref{id, k.Index})
+		s.g2mu.Unlock()
 		if !b.queued {
 			b.queued = true
 			s.enqueueWB(bref{id, k.Index})
