@@ -412,3 +412,38 @@ func TestSmallWritesRaceWriteBack(t *testing.T) {
 		t.Fatalf("reads should be counted as G3 hits (promotions), got %v", st.BlockHits)
 	}
 }
+
+// TestDiscardThenRewriteKeepsNewCopy: a dropped block's deletion is
+// queued; when the block is written again before the queue drains (an NBD
+// TRIM then a write of the same block reuses its key), the late deletion
+// must not remove the new copy.
+func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
+	ctx := context.Background()
+	g3 := newMemTier("G3", 0)
+	s := openTest(t, t.TempDir(), g3, nil, 16<<20)
+	defer s.Close()
+	id, _ := s.Create("ns", 4096, KindNBD)
+	s.WriteAt(ctx, id, pattern(1, 4096), 0)
+	if err := s.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Discard(ctx, id, 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	want := pattern(2, 4096)
+	s.WriteAt(ctx, id, want, 0)
+	if err := s.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
+	s.gc(g3, k) // the discard's deletion, arriving late
+	s.drainGC()
+	if _, err := g3.Stat(k); err != nil {
+		t.Fatalf("a queued deletion removed the rewritten block: %v", err)
+	}
+	s.evictOne(bref{id, 0})
+	got := make([]byte, 4096)
+	if n, err := s.ReadAt(ctx, id, got, 0); err != nil || n != 4096 || !bytes.Equal(got, want) {
+		t.Fatalf("n=%d err=%v", n, err)
+	}
+}

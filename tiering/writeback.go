@@ -291,6 +291,9 @@ func (s *Store) drainGC() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		for _, it := range q {
+			if s.liveCopy(it.t, it.k) {
+				continue // the key was written again since it was queued
+			}
 			if err := it.t.Delete(ctx, it.k); err != nil {
 				s.log.Debug("gc delete", "tier", it.t.Name(), "key", it.k.String(), "err", err)
 			}
@@ -310,4 +313,29 @@ func (s *Store) requeueIfDirty(o *object, b *blockState, r bref) {
 		b.queued = true
 		s.enqueueWB(r)
 	}
+}
+
+// liveCopy reports whether t's copy of k belongs to a live block: the
+// block exists at that generation and is recorded in t, or a write of it is
+// in flight. Queued deletions skip such keys: a block dropped (TRIM,
+// truncate) and written again reuses its key, and deleting the new copy
+// would lose it.
+func (s *Store) liveCopy(t tier.Tier, k tier.Key) bool {
+	o := s.get(ObjectID(k.Object))
+	if o == nil {
+		return false
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	b := o.blocks[k.Index]
+	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil {
+		return false
+	}
+	if b.wbBusy {
+		return true
+	}
+	if t == s.g3 {
+		return b.inG3
+	}
+	return b.inG4
 }
