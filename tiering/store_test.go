@@ -447,3 +447,4 @@ func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
 }
+

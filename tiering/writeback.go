@@ -267,32 +267,45 @@ func (s *Store) gc(t tier.Tier, k tier.Key) {
 
 func (s *Store) gcLoop() {
 	defer s.wg.Done()
+	var retry <-chan time.Time
 	for {
 		ch := s.gcReady.c()
-		s.drainGC()
+		if deferred := s.drainGC(); len(deferred) > 0 {
+			s.gcMu.Lock()
+			s.gcQueue = append(s.gcQueue, deferred...)
+			s.gcMu.Unlock()
+			retry = time.After(100 * time.Millisecond)
+		}
 		select {
 		case <-ch:
+		case <-retry:
 		case <-s.ctx.Done():
 			return
 		}
 	}
 }
 
-// drainGC deletes every queued block copy (errors are logged: a missed
-// delete leaves garbage that the next start collects).
-func (s *Store) drainGC() {
+// drainGC deletes every queued block copy that no live block uses (errors
+// are logged: a missed delete leaves garbage that the next start
+// collects). Copies of a block with a write in flight are returned, to be
+// decided once the write has finished and the tier flags are true again.
+func (s *Store) drainGC() (deferred []gcItem) {
 	for {
 		s.gcMu.Lock()
 		q := s.gcQueue
 		s.gcQueue = nil
 		s.gcMu.Unlock()
 		if len(q) == 0 {
-			return
+			return deferred
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		for _, it := range q {
-			if s.liveCopy(it.t, it.k) {
+			switch s.copyState(it.t, it.k) {
+			case copyLive:
 				continue // the key was written again since it was queued
+			case copyBusy:
+				deferred = append(deferred, it)
+				continue
 			}
 			if err := it.t.Delete(ctx, it.k); err != nil {
 				s.log.Debug("gc delete", "tier", it.t.Name(), "key", it.k.String(), "err", err)
@@ -300,6 +313,38 @@ func (s *Store) drainGC() {
 		}
 		cancel()
 	}
+}
+
+// Results of copyState.
+const (
+	copyDead = iota // no live block uses the copy: delete it
+	copyLive        // the block exists at that generation and is recorded in the tier
+	copyBusy        // a write of the block is in flight: decide later
+)
+
+// copyState tells what a queued deletion of t's copy of k may do. TRIM or
+// truncate queue the deletion of a dropped block's copies; a block written
+// again before the queue drains reuses the key, and deleting the new copy
+// would lose it, while keeping a stale copy the tier flags do not know of
+// could serve it after a restart.
+func (s *Store) copyState(t tier.Tier, k tier.Key) int {
+	o := s.get(ObjectID(k.Object))
+	if o == nil {
+		return copyDead
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	b := o.blocks[k.Index]
+	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil {
+		return copyDead
+	}
+	if b.wbBusy {
+		return copyBusy
+	}
+	if (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) {
+		return copyLive
+	}
+	return copyDead
 }
 
 // requeueIfDirty ends a write-back of b: it clears wbBusy and queues the
@@ -313,29 +358,4 @@ func (s *Store) requeueIfDirty(o *object, b *blockState, r bref) {
 		b.queued = true
 		s.enqueueWB(r)
 	}
-}
-
-// liveCopy reports whether t's copy of k belongs to a live block: the
-// block exists at that generation and is recorded in t, or a write of it is
-// in flight. Queued deletions skip such keys: a block dropped (TRIM,
-// truncate) and written again reuses its key, and deleting the new copy
-// would lose it.
-func (s *Store) liveCopy(t tier.Tier, k tier.Key) bool {
-	o := s.get(ObjectID(k.Object))
-	if o == nil {
-		return false
-	}
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	b := o.blocks[k.Index]
-	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil {
-		return false
-	}
-	if b.wbBusy {
-		return true
-	}
-	if t == s.g3 {
-		return b.inG3
-	}
-	return b.inG4
 }
