@@ -447,4 +447,3 @@ func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
 		t.Fatalf("n=%d err=%v", n, err)
 	}
 }
-
