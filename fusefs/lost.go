@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"log/slog"
 	"sync"
 
 	"github.com/ctxmem/ctxmemd/tiering"
@@ -97,12 +98,21 @@ func (f *fsys) onLost(id tiering.ObjectID) {
 // from the dentry cache (the next lookup is ENOENT) and the file's pages
 // are dropped from the page cache (readers holding it open get EIO).
 func (f *fsys) removeLost(id tiering.ObjectID) {
+	f.removeFile(id, whyLost)
+}
+
+const whyLost = "object lost"
+
+// removeFile removes every name of the file whose object is id, marks it
+// lost (open handles get EIO), releases its quota and tells the kernel.
+// It reports whether the file was there.
+func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	t := &f.t
 	t.mu.Lock()
 	n := t.byObj[id]
 	if n == nil || n.gone {
 		t.mu.Unlock()
-		return
+		return false
 	}
 	delete(t.byObj, id)
 	delete(t.orphans, n)
@@ -129,14 +139,19 @@ func (f *fsys) removeLost(id tiering.ObjectID) {
 	n.reserved, n.size = 0, 0
 	n.mu.Unlock()
 	n.ns.adjust(-res)
-	f.log.Warn("fusefs: object lost; file removed", "object", id, "ino", n.ino, "names", len(links))
+	lvl := slog.LevelDebug
+	if why == whyLost {
+		lvl = slog.LevelWarn
+	}
+	f.log.Log(f.ctx, lvl, "fusefs: file removed", "why", why, "object", id, "ino", n.ino, "names", len(links))
 
 	srv := f.notes.server()
 	if srv == nil {
-		return
+		return true
 	}
 	for _, l := range links {
 		srv.DeleteNotify(l.parent.ino, n.ino, l.name)
 	}
 	srv.InodeNotify(n.ino, 0, -1)
+	return true
 }

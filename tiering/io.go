@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -36,6 +37,9 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 	}
 	end := min(off+int64(len(p)), o.size)
 	s.c.readRequests.Add(1)
+	if ob := s.observer(); ob != nil {
+		ob.Accessed(id, time.Now())
+	}
 	allG2 := true
 	var n int
 	var lostErr error
@@ -242,6 +246,9 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	}
 	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
 		return 0, err
+	}
+	if ob := s.observer(); ob != nil {
+		ob.Accessed(id, time.Now())
 	}
 	o, err := s.lockLive(id)
 	if err != nil {

@@ -147,6 +147,7 @@ type Store struct {
 
 	lostMu sync.Mutex
 	onLost func(ObjectID)
+	obs    atomic.Pointer[Observer]
 
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
@@ -338,6 +339,9 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 	o.mu.Lock()
 	s.scheduleClean(o)
 	o.mu.Unlock()
+	if ob := s.observer(); ob != nil {
+		ob.Created(id, ns, kind)
+	}
 	return id, nil
 }
 
@@ -386,6 +390,9 @@ func (s *Store) Delete(ctx context.Context, id ObjectID) error {
 	s.mu.Lock()
 	delete(s.objects, id)
 	s.mu.Unlock()
+	if ob := s.observer(); ob != nil {
+		ob.Removed(id)
+	}
 	if err != nil {
 		return fmt.Errorf("delete object %d: %w", id, err)
 	}
@@ -458,6 +465,9 @@ func (s *Store) lose(id ObjectID, why error) {
 	delete(s.objects, id)
 	s.mu.Unlock()
 	s.c.objectsLost.Add(1)
+	if ob := s.observer(); ob != nil {
+		ob.Removed(id)
+	}
 	s.log.Warn("object lost", "object", id, "namespace", o.ns, "reason", why)
 	s.lostMu.Lock()
 	fn := s.onLost

@@ -1,0 +1,126 @@
+package tiering
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recObserver records observer calls (this package's unit tests only).
+type recObserver struct {
+	mu                         sync.Mutex
+	created, accessed, removed map[ObjectID]int
+}
+
+func newRecObserver() *recObserver {
+	return &recObserver{created: map[ObjectID]int{}, accessed: map[ObjectID]int{}, removed: map[ObjectID]int{}}
+}
+func (r *recObserver) Created(id ObjectID, ns, kind string) {
+	r.mu.Lock()
+	r.created[id]++
+	r.mu.Unlock()
+}
+func (r *recObserver) Accessed(id ObjectID, now time.Time) {
+	r.mu.Lock()
+	r.accessed[id]++
+	r.mu.Unlock()
+}
+func (r *recObserver) Removed(id ObjectID) { r.mu.Lock(); r.removed[id]++; r.mu.Unlock() }
+
+func TestSinkMovesEveryBlockToG4(t *testing.T) {
+	ctx := context.Background()
+	g3, g4 := newMemTier("G3", 0), newMemTier("G4", 0)
+	s := openTest(t, t.TempDir(), g3, g4, 64<<20)
+	defer s.Close()
+	obs := newRecObserver()
+	s.SetObserver(obs)
+	id, err := s.Create("ns", 4096, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pattern(7, 5*4096+100)
+	if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sink(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Released == 0 {
+		t.Fatalf("sink released nothing: %+v", res)
+	}
+	tiers, _ := s.BlockTiers(id)
+	for i, tn := range tiers {
+		if tn != TierG4 {
+			t.Fatalf("block %d in %s after sink, want G4 (%v)", i, tn, tiers)
+		}
+	}
+	// Sinking again is a no-op (idempotent command).
+	if res, err := s.Sink(ctx, id); err != nil || res.Moved != 0 || res.Released != 0 {
+		t.Fatalf("second sink: %+v %v", res, err)
+	}
+	got := make([]byte, len(want))
+	if n, err := s.ReadAt(ctx, id, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("read after sink: n=%d err=%v", n, err)
+	}
+	if err := s.SetPinned(id, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sink(ctx, id); !errors.Is(err, ErrPinned) {
+		t.Fatalf("sink of a pinned object: %v, want ErrPinned", err)
+	}
+	if err := s.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.created[id] != 1 || obs.removed[id] != 1 || obs.accessed[id] < 2 {
+		t.Fatalf("observer saw created=%d accessed=%d removed=%d", obs.created[id], obs.accessed[id], obs.removed[id])
+	}
+}
+
+func TestDemoteEmptiesG2(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir(), newMemTier("G3", 0), newMemTier("G4", 0), 64<<20)
+	defer s.Close()
+	id, err := s.Create("ns", 4096, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pattern(9, 8*4096)
+	if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Demote(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Released != 8 {
+		t.Fatalf("demote released %d blocks, want 8", res.Released)
+	}
+	tiers, _ := s.BlockTiers(id)
+	for i, tn := range tiers {
+		if tn == TierG2 {
+			t.Fatalf("block %d still in G2 after demote (%v)", i, tiers)
+		}
+	}
+	got := make([]byte, len(want))
+	if _, err := s.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read after demote: %v", err)
+	}
+	if _, err := s.Demote(ctx, 9999); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("demote unknown: %v", err)
+	}
+}
+
+func TestSinkWithoutG4(t *testing.T) {
+	s := openTest(t, t.TempDir(), newMemTier("G3", 0), nil, 64<<20)
+	defer s.Close()
+	id, _ := s.Create("ns", 4096, "file")
+	if _, err := s.Sink(context.Background(), id); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("sink without G4: %v", err)
+	}
+}
