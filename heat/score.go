@@ -120,10 +120,15 @@ func NewTracker[K comparable](cfg TrackerConfig) (*Tracker[K], error) {
 	return &Tracker[K]{cfg: cfg, perNano: -1 / float64(cfg.HalfLife), m: make(map[K]scoreEntry)}, nil
 }
 
-// Config returns the effective configuration (defaults filled in).
-func (t *Tracker[K]) Config() TrackerConfig { return t.cfg }
+// Config returns the effective configuration (defaults filled in; the
+// latest SetConfig's once one was made).
+func (t *Tracker[K]) Config() TrackerConfig {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg
+}
 
-// decayed returns e's score as of now.
+// decayed returns e's score as of now; t.mu held.
 func (t *Tracker[K]) decayed(e scoreEntry, now int64) float64 {
 	dt := now - e.at
 	if dt <= 0 || e.score == 0 {
@@ -148,16 +153,18 @@ func (t *Tracker[K]) Touch(k K, now time.Time) float64 {
 func (t *Tracker[K]) Score(k K, now time.Time) float64 {
 	n := now.UnixNano()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	e, ok := t.m[k]
-	t.mu.Unlock()
 	if !ok {
 		return 0
 	}
-	return t.decayed(e, n)
+	return t.decayed(e, n) // under mu: SetConfig may change the decay rate
 }
 
 // Class maps a score to its class with the configured thresholds.
 func (t *Tracker[K]) Class(score float64) Class {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	switch {
 	case score >= t.cfg.Hot:
 		return Hot
