@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"os"
 	"os/exec"
@@ -107,6 +108,20 @@ func buildPackages(t *testing.T) (deb, rpm, version string) {
 	}
 	must(t, repo, []string{"CGO_ENABLED=0"}, "go", "build", "-buildmode=pie", "-trimpath",
 		"-ldflags", "-s -w -X main.version="+version, "-o", filepath.Join(root, "bin", "ctxmemd"), "./cmd/ctxmemd")
+	// The manual page, as `make man` makes it (nfpm.yaml packs build/ctxmemd.1.gz).
+	page := must(t, repo, nil, filepath.Join(root, "bin", "ctxmemd"), "man")
+	if err := os.MkdirAll(filepath.Join(root, "build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	_, _ = zw.Write([]byte(page))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "build", "ctxmemd.1.gz"), gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	dist := filepath.Join(root, "dist")
 	if err := os.Mkdir(dist, 0o755); err != nil { // nfpm -t needs an existing directory
 		t.Fatal(err)

@@ -233,7 +233,7 @@ func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (
 // blocks are not written to flash).
 func (s *Store) admitG3(r bref) bool {
 	u := s.g3.Usage()
-	if u.CapacityBytes == 0 || float64(u.UsedBytes) < s.cfg.G3High*float64(u.CapacityBytes) {
+	if u.CapacityBytes == 0 || float64(u.UsedBytes) < s.g3High()*float64(u.CapacityBytes) {
 		return true
 	}
 	return s.place.policy.PredictReuse(r.hash())
