@@ -4,6 +4,7 @@
 #   make test    vet, format check, unit + conformance + end-to-end tests (-race)
 #   make bench   benchmarks (Go benchmarks, fio through the mount vs tmpfs,
 #                trace replay); long, not part of make test
+#   make man     the manual page, build/ctxmemd.1.gz (from `ctxmemd man`)
 
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -19,9 +20,12 @@ TEST_PKGS := fuse3 attr fio jq util-linux e2fsprogs libnbd-bin python3-libnbd qe
 # Test servers built from the Go module proxy (the S3 server for G4 tests).
 VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
 NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+# The NATS server the multi-host control-plane tests run (Debian's is too
+# old: no key-value TTLs).
+NATSSRV   := github.com/nats-io/nats-server/v2@v2.15.2
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test bench deps-run deps-test vet fmt-check clean deb rpm pkg-bin
+.PHONY: all build run test bench deps-run deps-test vet fmt-check clean deb rpm pkg-bin man
 
 all: build
 
@@ -44,6 +48,7 @@ deps-test:
 	$(call apt_install,$(TEST_PKGS))
 	@[ -x $(GOBIN_DIR)/versitygw ] || { echo "go install $(VERSITYGW) (a few minutes, once)"; $(GO) install $(VERSITYGW); }
 	@[ -x $(GOBIN_DIR)/nfpm ] || { echo "go install $(NFPM)"; $(GO) install $(NFPM); }
+	@[ -x $(GOBIN_DIR)/nats-server ] || { echo "go install $(NATSSRV)"; $(GO) install $(NATSSRV); }
 
 run: deps-run build
 	$(SUDO) ./$(BIN) run $(ARGS)
@@ -72,11 +77,18 @@ PKG_VERSION := $(shell echo $(VERSION) | sed -E 's/^v?([0-9]+\.[0-9]+)/\1/; t; s
 pkg-bin:
 	CGO_ENABLED=0 $(GO) build -buildmode=pie -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/ctxmemd
 
+# The manual page: the hidden command `ctxmemd man` prints it (roff, from
+# the CLI definition); written to a file first so a failure stops make.
+man:
+	mkdir -p build
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/ctxmemd man > build/ctxmemd.1
+	gzip -9nf build/ctxmemd.1
+
 # make deb rpm: packages in dist/ built with nfpm from packaging/.
-deb rpm: pkg-bin
+deb rpm: pkg-bin man
 	@[ -x $(GOBIN_DIR)/nfpm ] || $(GO) install $(NFPM)
 	mkdir -p dist
 	VERSION=$(PKG_VERSION) $(GOBIN_DIR)/nfpm package -f packaging/nfpm.yaml -p $@ -t dist/
 
 clean:
-	rm -rf bin dist
+	rm -rf bin dist build

@@ -58,6 +58,19 @@ func (c *Client) SetPinned(ctx context.Context, path string, pinned bool) error 
 	return c.do(ctx, http.MethodPost, "/pin", pathRequest{Path: path, Pinned: &pinned}, nil)
 }
 
+// Cluster fetches GET /cluster into out (a JSON document of the control
+// plane's cluster view). A daemon without a control plane answers with an
+// error wrapping ErrUnsupported.
+func (c *Client) Cluster(ctx context.Context, out any) error {
+	return c.do(ctx, http.MethodGet, "/cluster", nil, out)
+}
+
+// ClusterPrestage sends a prestage request through the daemon to the
+// cluster's scheduler and decodes the reply into out.
+func (c *Client) ClusterPrestage(ctx context.Context, req ClusterPrestageRequest, out any) error {
+	return c.do(ctx, http.MethodPost, "/cluster/prestage", req, out)
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {

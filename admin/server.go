@@ -141,6 +141,39 @@ func Handler(opts Options) http.Handler {
 		st.PID = os.Getpid()
 		writeJSON(w, http.StatusOK, st)
 	})
+	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, r *http.Request) {
+		cp, ok := opts.Provider.(ClusterProvider)
+		if !ok {
+			writeErr(w, opts.Logger, r, ErrUnsupported)
+			return
+		}
+		doc, err := cp.Cluster(r.Context())
+		if err != nil {
+			writeErr(w, opts.Logger, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, doc)
+	})
+	mux.HandleFunc("POST /cluster/prestage", func(w http.ResponseWriter, r *http.Request) {
+		cp, ok := opts.Provider.(ClusterProvider)
+		if !ok {
+			writeErr(w, opts.Logger, r, ErrUnsupported)
+			return
+		}
+		var req ClusterPrestageRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Namespace == "" || len(req.Paths) == 0 {
+			writeJSON(w, http.StatusBadRequest, errorBody{"want {namespace, paths[], deadline_ms, host}"})
+			return
+		}
+		doc, err := cp.ClusterPrestage(r.Context(), req)
+		if err != nil {
+			writeErr(w, opts.Logger, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, doc)
+	})
 	control := func(name string, do func(ctx context.Context, req pathRequest) error) {
 		mux.HandleFunc("POST /"+name, func(w http.ResponseWriter, r *http.Request) {
 			var req pathRequest

@@ -16,6 +16,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -40,6 +41,41 @@ type Status struct {
 	Namespaces []NamespaceStatus `json:"namespaces"`
 	// Links are the watched network interfaces (config key link).
 	Links []LinkStatus `json:"links,omitempty"`
+	// Control is the control plane (sidecar and scheduler replica), when
+	// the daemon runs one.
+	Control *ControlStatus `json:"control,omitempty"`
+}
+
+// ControlStatus is the control-plane part of Status.
+type ControlStatus struct {
+	Cluster string `json:"cluster"`
+	Host    string `json:"host"`
+	// Bus is "embedded" or the NATS URL list.
+	Bus       string `json:"bus"`
+	Connected bool   `json:"connected"`
+	// Sidecar and Scheduler are the agent's and the in-daemon scheduler
+	// replica's counters (JSON objects; Scheduler absent when the daemon
+	// runs no replica).
+	Sidecar   json.RawMessage `json:"sidecar,omitempty"`
+	Scheduler json.RawMessage `json:"scheduler,omitempty"`
+}
+
+// ClusterPrestageRequest is the body of POST /cluster/prestage.
+type ClusterPrestageRequest struct {
+	Namespace string   `json:"namespace"`
+	Paths     []string `json:"paths"`
+	// DeadlineMs is the time budget in milliseconds (0 = 5 s).
+	DeadlineMs int64 `json:"deadline_ms"`
+	// Host restricts the request to one host ("" = wherever held).
+	Host string `json:"host,omitempty"`
+}
+
+// ClusterProvider is implemented by daemons with a control plane: the
+// cluster view (GET /cluster) and prestage requests carried through the
+// scheduler (POST /cluster/prestage). Both return JSON documents.
+type ClusterProvider interface {
+	Cluster(ctx context.Context) (json.RawMessage, error)
+	ClusterPrestage(ctx context.Context, req ClusterPrestageRequest) (json.RawMessage, error)
 }
 
 // LinkStatus is one watched network interface in Status.

@@ -109,6 +109,27 @@ type Config struct {
 	// Link names the network interface whose link state is watched
 	// (the one that reaches the G3.5 pools); "" watches none.
 	Link string
+	// Cluster names the control-bus cluster (subject token).
+	Cluster string
+	// Host names this host on the control bus (subject token).
+	Host string
+	// NATS lists the control bus's NATS URLs; "" embeds a server, "none"
+	// disables the control plane.
+	NATS string
+	// NATSListen is the embedded server's client listener ("" = none).
+	NATSListen string
+	// NATS credentials: user/password, token, nkey seed file or creds
+	// file, and TLS client certificate, key and CA files.
+	NATSUser, NATSPassword, NATSToken, NATSNKey, NATSCreds string
+	NATSTLSCert, NATSTLSKey, NATSTLSCA                     string
+	// Scheduler is auto, on or off: whether the daemon runs a scheduler
+	// replica.
+	Scheduler string
+	// ReportInterval is the sidecar's report and liveness period.
+	ReportInterval time.Duration
+	// SinkGrace is how long a cold private object stays idle before the
+	// scheduler sinks it to G4.
+	SinkGrace time.Duration
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// Namespaces are the declared namespaces (YAML only).
@@ -118,6 +139,23 @@ type Config struct {
 	File string
 
 	sources map[string]Source
+}
+
+// ControlPlane reports whether the sidecar (and control bus) run.
+func (c Config) ControlPlane() bool { return c.NATS != "none" }
+
+// EmbeddedNATS reports whether the daemon embeds its NATS server.
+func (c Config) EmbeddedNATS() bool { return c.NATS == "" }
+
+// RunsScheduler reports whether the daemon runs a scheduler replica.
+func (c Config) RunsScheduler() bool {
+	switch c.Scheduler {
+	case "on":
+		return c.ControlPlane()
+	case "off":
+		return false
+	}
+	return c.EmbeddedNATS()
 }
 
 // Namespace is one declared namespace: a top-level directory of the mount

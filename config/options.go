@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,6 +113,37 @@ func table() []Option {
 			setSize(func(c *Config) *int64 { return &c.NBDSize }), getSize(func(c *Config) *int64 { return &c.NBDSize })),
 		opt("link", "", "network interface that reaches the CMX pools; its link state is watched (netlink) and shown in status; empty = none",
 			setString(func(c *Config) *string { return &c.Link }), getString(func(c *Config) *string { return &c.Link })),
+		opt("cluster", "default", "control-bus cluster name (letters, digits, _ and -): subjects ctxmem.<cluster>.v1.*",
+			setString(func(c *Config) *string { return &c.Cluster }), getString(func(c *Config) *string { return &c.Cluster })),
+		derived(opt("host", "<OS host name>", "this host's name on the control bus (letters, digits, _ and -)",
+			setString(func(c *Config) *string { return &c.Host }), getString(func(c *Config) *string { return &c.Host })),
+			func(c *Config) { c.Host = DefaultHost() }),
+		opt("nats", "", "NATS URL(s) of the control bus, comma-separated; empty embeds a NATS server in the daemon; none disables the control plane",
+			setString(func(c *Config) *string { return &c.NATS }), getString(func(c *Config) *string { return &c.NATS })),
+		opt("nats_listen", "", "client listener (host:port) of the embedded NATS server, for other hosts and schedulers; empty = in-process only",
+			setString(func(c *Config) *string { return &c.NATSListen }), getString(func(c *Config) *string { return &c.NATSListen })),
+		opt("nats_user", "", "NATS user name (with nats_password)",
+			setString(func(c *Config) *string { return &c.NATSUser }), getString(func(c *Config) *string { return &c.NATSUser })),
+		opt("nats_password", "", "NATS password (shown as *** in status and logs)",
+			setString(func(c *Config) *string { return &c.NATSPassword }), getSecret(func(c *Config) *string { return &c.NATSPassword })),
+		opt("nats_token", "", "NATS authentication token (shown as ***)",
+			setString(func(c *Config) *string { return &c.NATSToken }), getSecret(func(c *Config) *string { return &c.NATSToken })),
+		opt("nats_nkey", "", "file holding a NATS nkey user seed",
+			setString(func(c *Config) *string { return &c.NATSNKey }), getString(func(c *Config) *string { return &c.NATSNKey })),
+		opt("nats_creds", "", "NATS credentials file (JWT and seed)",
+			setString(func(c *Config) *string { return &c.NATSCreds }), getString(func(c *Config) *string { return &c.NATSCreds })),
+		opt("nats_tls_cert", "", "TLS client certificate (PEM) for NATS",
+			setString(func(c *Config) *string { return &c.NATSTLSCert }), getString(func(c *Config) *string { return &c.NATSTLSCert })),
+		opt("nats_tls_key", "", "TLS client key (PEM) for NATS",
+			setString(func(c *Config) *string { return &c.NATSTLSKey }), getString(func(c *Config) *string { return &c.NATSTLSKey })),
+		opt("nats_tls_ca", "", "CA bundle (PEM) to verify the NATS server",
+			setString(func(c *Config) *string { return &c.NATSTLSCA }), getString(func(c *Config) *string { return &c.NATSTLSCA })),
+		opt("scheduler", "auto", "run a scheduler replica inside the daemon: auto (only with the embedded NATS), on, off",
+			setString(func(c *Config) *string { return &c.Scheduler }), getString(func(c *Config) *string { return &c.Scheduler })),
+		opt("report_interval", "1s", "how often the sidecar sends its heat report and liveness",
+			setDuration(func(c *Config) *time.Duration { return &c.ReportInterval }), getDuration(func(c *Config) *time.Duration { return &c.ReportInterval })),
+		opt("sink_grace", "5m", "scheduler: how long a cold private object stays idle before it is sunk to G4",
+			setDuration(func(c *Config) *time.Duration { return &c.SinkGrace }), getDuration(func(c *Config) *time.Duration { return &c.SinkGrace })),
 		opt("log_level", "info", "log level: debug, info, warn or error",
 			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),
 	}
@@ -123,6 +155,39 @@ func setString(f func(*Config) *string) func(*Config, string) error {
 
 func getString(f func(*Config) *string) func(*Config) string {
 	return func(c *Config) string { return *f(c) }
+}
+
+// getSecret renders a secret as "***" (or "" when unset).
+func getSecret(f func(*Config) *string) func(*Config) string {
+	return func(c *Config) string {
+		if *f(c) == "" {
+			return ""
+		}
+		return "***"
+	}
+}
+
+// DefaultHost returns the OS host name reduced to what a control-bus host
+// name allows (letters, digits, '_' and '-'; other bytes become '-'),
+// or "host" when it is unknown.
+func DefaultHost() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "host"
+	}
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	b := []byte(h)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
 }
 
 func setSize(f func(*Config) *int64) func(*Config, string) error {

@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Block-size limits in bytes (DESIGN.md: KV blocks of 4 KiB to 4 MiB).
@@ -12,6 +14,19 @@ const (
 	MinBlockSize = 4 << 10
 	MaxBlockSize = 4 << 20
 )
+
+// validToken reports whether s is a valid control-bus name token.
+func validToken(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // maxSocketPath is the longest unix socket path Linux accepts (sun_path is
 // 108 bytes including the terminating NUL).
@@ -60,6 +75,42 @@ func (c Config) Validate() error {
 	}
 	checkWatermarks("dram_high", "dram_low", c.DRAMHigh, c.DRAMLow)
 	checkWatermarks("g3_high", "g3_low", c.G3High, c.G3Low)
+	for _, t := range []struct{ key, v string }{{"cluster", c.Cluster}, {"host", c.Host}} {
+		if !validToken(t.v) {
+			bad(t.key, "%q: want 1-64 letters, digits, '_' or '-'", t.v)
+		}
+	}
+	switch c.Scheduler {
+	case "auto", "on", "off":
+	default:
+		bad("scheduler", "%q: want auto, on or off", c.Scheduler)
+	}
+	if c.ReportInterval < 100*time.Millisecond {
+		bad("report_interval", "%s is too short (at least 100ms)", c.ReportInterval)
+	}
+	if c.SinkGrace < 0 {
+		bad("sink_grace", "must not be negative")
+	}
+	if c.NATSListen != "" {
+		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
+			bad("nats_listen", "%q is not host:port", c.NATSListen)
+		}
+		if c.NATS != "" {
+			bad("nats_listen", "only applies to the embedded server (nats is %q)", c.NATS)
+		}
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		bad("nats_tls_cert", "nats_tls_cert and nats_tls_key go together")
+	}
+	n := 0
+	for _, set := range []bool{c.NATSUser != "" || c.NATSPassword != "", c.NATSToken != "", c.NATSNKey != "", c.NATSCreds != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		bad("nats_user", "give at most one of nats_user/nats_password, nats_token, nats_nkey and nats_creds")
+	}
 	if c.DirtyBytes <= 0 || c.DirtyBytes > c.DRAM {
 		bad("dirty_bytes", "%s must be above 0 and at most dram (%s)", FormatSize(c.DirtyBytes), FormatSize(c.DRAM))
 	}

@@ -43,8 +43,11 @@ func (s *Server) Path(id tiering.ObjectID) (ns, path string, ok bool) {
 // component is not a directory, or the name is not a regular file).
 func (s *Server) Lookup(ns, path string) (tiering.ObjectID, error) {
 	f := s.fsys
+	t := &f.t
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	var root *node
-	for _, n := range f.nss {
+	for _, n := range f.nss { // f.nss grows under t.mu (AddNamespace)
 		if n.cfg.Name == ns {
 			root = n.root
 		}
@@ -52,9 +55,6 @@ func (s *Server) Lookup(ns, path string) (tiering.ObjectID, error) {
 	if root == nil {
 		return 0, fmt.Errorf("namespace %q: %w", ns, fs.ErrNotExist)
 	}
-	t := &f.t
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	cur := root
 	for _, name := range strings.Split(strings.Trim(path, "/"), "/") {
 		if name == "" || name == "." {
@@ -88,15 +88,16 @@ func (s *Server) Lookup(ns, path string) (tiering.ObjectID, error) {
 // still removed).
 func (s *Server) DropNamespace(ctx context.Context, ns string) (int, error) {
 	f := s.fsys
+	t := &f.t
+	t.mu.RLock()
 	found := false
 	for _, n := range f.nss {
 		found = found || n.cfg.Name == ns
 	}
 	if !found {
+		t.mu.RUnlock()
 		return 0, fmt.Errorf("namespace %q: %w", ns, fs.ErrNotExist)
 	}
-	t := &f.t
-	t.mu.RLock()
 	var ids []tiering.ObjectID
 	for id, n := range t.byObj {
 		if n.ns != nil && n.ns.cfg.Name == ns {

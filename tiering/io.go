@@ -26,6 +26,11 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 	if o == nil {
 		return 0, ErrNotExist
 	}
+	if ob := s.observer(); ob != nil && len(p) > 0 {
+		// Outside o.mu: the observer takes its own lock, and may call
+		// back into Residency under it.
+		ob.Accessed(id, time.Now())
+	}
 	o.mu.RLock()
 	if o.deleted {
 		o.mu.RUnlock()
@@ -37,9 +42,6 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 	}
 	end := min(off+int64(len(p)), o.size)
 	s.c.readRequests.Add(1)
-	if ob := s.observer(); ob != nil {
-		ob.Accessed(id, time.Now())
-	}
 	allG2 := true
 	var n int
 	var lostErr error

@@ -203,3 +203,37 @@ func (s *Store) Demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 	}
 	return res, nil
 }
+
+// Residency is where an object's blocks are, in blocks per tier (a block
+// counts in every tier holding a copy).
+type Residency struct {
+	Blocks     int // written blocks
+	G2, G3, G4 int
+	Pinned     bool
+	Kind       string
+	Namespace  string
+	Size       int64 // bytes
+}
+
+// Residency returns where the object's blocks are. It takes the object's
+// read lock and allocates nothing. Errors: ErrNotExist.
+func (s *Store) Residency(id ObjectID) (Residency, error) {
+	o, err := s.rlockLive(id)
+	if err != nil {
+		return Residency{}, err
+	}
+	defer o.mu.RUnlock()
+	r := Residency{Blocks: len(o.blocks), Pinned: o.pinned, Kind: o.kind, Namespace: o.ns, Size: o.size}
+	for _, b := range o.blocks {
+		if b.g2.Load() != nil {
+			r.G2++
+		}
+		if b.inG3 {
+			r.G3++
+		}
+		if b.inG4 {
+			r.G4++
+		}
+	}
+	return r, nil
+}

@@ -652,6 +652,9 @@ func (s *Store) Occupancy() []TierUsage {
 		}
 		u := t.Usage()
 		tu := TierUsage{Name: t.Name(), UsedBytes: u.UsedBytes, CapacityBytes: u.CapacityBytes, Blocks: u.Blocks}
+		if t == s.g3 {
+			tu.HighWatermark, tu.LowWatermark = s.G3Watermarks()
+		}
 		if h, ok := t.(tier.HealthReporter); ok {
 			tu.Degraded = !h.Healthy()
 		}
@@ -722,6 +725,9 @@ type G2Limits struct {
 }
 
 func (s *Store) limits() *G2Limits { return s.lim.Load() }
+
+// G2Limits returns the G2 settings in force.
+func (s *Store) G2Limits() G2Limits { return *s.lim.Load() }
 
 // SetG2Limits changes the G2 budget, watermarks and dirty bound live (config
 // reload). A smaller budget takes effect as the evictor brings G2 down;

@@ -112,7 +112,10 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		replayCommand(),
 		simCommand(),
 		nbdCommand(),
+		schedulerCommand(),
+		prestageCommand(),
 		versionCommand(),
+		manCommand(),
 	}
 	for _, c := range cmds {
 		c.OnUsageError = onUsage
@@ -164,6 +167,21 @@ func versionCommand() *cli.Command {
 		Usage: "print the version",
 		Action: func(c *cli.Context) error {
 			_, err := fmt.Fprintf(c.App.Writer, "ctxmemd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}
+
+// manCommand prints the manual page (roff, section 1); `make man` and the
+// packages use it.
+func manCommand() *cli.Command {
+	return &cli.Command{
+		Name: "man", Usage: "print the manual page (roff)", Hidden: true,
+		Action: func(c *cli.Context) error {
+			page, err := c.App.ToManWithSection(1)
+			if err == nil {
+				_, err = io.WriteString(c.App.Writer, page)
+			}
 			return err
 		},
 	}

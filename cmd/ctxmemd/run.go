@@ -45,6 +45,7 @@ type daemon struct {
 	store   *tiering.Store
 	fuse    *fusefs.Server
 	link    *fabric.LinkWatcher
+	ctl     *control
 	start   time.Time
 
 	wg   sync.WaitGroup
@@ -73,6 +74,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	if err := d.open(ctx); err != nil {
+		cancel() // stop the goroutines open started before it failed
 		d.close()
 		return withCode(exitFailure, err)
 	}
@@ -206,6 +208,11 @@ func (d *daemon) open(ctx context.Context) error {
 		d.goroutine(ctx, "link-watch", w.Run)
 	}
 
+	if cfg.ControlPlane() {
+		if err := d.startControl(ctx); err != nil {
+			return fmt.Errorf("control plane: %w", err)
+		}
+	}
 	d.goroutine(ctx, "admin", func(ctx context.Context) error {
 		return admin.Serve(ctx, admin.Options{Socket: cfg.Admin, Provider: d, Version: version, Started: d.start, Logger: d.log})
 	})
@@ -328,6 +335,12 @@ func (d *daemon) close() error {
 		}
 	}
 	d.wg.Wait()
+	if d.ctl != nil {
+		if d.store != nil {
+			d.store.SetObserver(nil)
+		}
+		d.ctl.close()
+	}
 	if d.store != nil {
 		if err := d.store.Close(); err != nil {
 			errs = append(errs, err)
@@ -363,8 +376,12 @@ func fuseNamespaces(cfg config.Config) []fusefs.Namespace {
 }
 
 func (d *daemon) namespaceNames() []string {
+	nss := fuseNamespaces(d.cfg)
+	if d.fuse != nil {
+		nss = d.fuse.Namespaces()
+	}
 	var names []string
-	for _, ns := range fuseNamespaces(d.cfg) {
+	for _, ns := range nss {
 		names = append(names, ns.Name)
 	}
 	return names
@@ -388,13 +405,14 @@ func (d *daemon) statusLine() string {
 
 // Status implements admin.Provider.
 func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
-	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats()}
+	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats(),
+		Control: d.controlStatus()}
 	if d.link != nil {
 		l := d.link.State()
 		st.Links = append(st.Links, admin.LinkStatus{Name: l.Name, Up: l.Up, OperState: l.OperState, Changed: l.Changed})
 	}
 	per := map[string]*admin.NamespaceStatus{}
-	for _, ns := range fuseNamespaces(d.cfg) {
+	for _, ns := range d.fuse.Namespaces() { // includes namespaces added by a reload
 		st.Namespaces = append(st.Namespaces, admin.NamespaceStatus{Name: ns.Name, BlockSize: ns.BlockSize, QuotaBytes: ns.QuotaBytes,
 			ModelID: ns.ModelID, Tenant: ns.Tenant})
 	}

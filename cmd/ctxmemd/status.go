@@ -29,6 +29,7 @@ func statusCommand() *cli.Command {
 			&cli.StringFlag{Name: "admin", Usage: "admin socket path [$CTXMEM_ADMIN]", DefaultText: "<data_dir>/admin.sock"},
 			&cli.StringFlag{Name: "data-dir", Usage: "data directory of the daemon [$CTXMEM_DATA_DIR]", DefaultText: "./" + config.DevRoot + "/data"},
 			&cli.BoolFlag{Name: "json", Usage: "print the status as one JSON object"},
+			&cli.BoolFlag{Name: "cluster", Usage: "show every host of the cluster, its tiers, and the scheduler leader"},
 		},
 		Action: func(c *cli.Context) error {
 			sock := c.String("admin")
@@ -41,6 +42,9 @@ func statusCommand() *cli.Command {
 			}
 			cl := admin.NewClient(sock)
 			defer cl.Close()
+			if c.Bool("cluster") {
+				return clusterStatus(c.Context, c, cl)
+			}
 			st, err := cl.Status(c.Context)
 			if errors.Is(err, admin.ErrNotRunning) {
 				return withCode(exitNotRunning, fmt.Errorf("%w (is ctxmemd running? use --admin or --data-dir)", err))
@@ -101,6 +105,36 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.Objects, config.HumanSize(n.Bytes),
 				config.FormatSize(int64(n.BlockSize)), q, n.ModelID)
+		}
+	}
+	if cs := st.Control; cs != nil {
+		conn := "connected"
+		if !cs.Connected {
+			conn = "DISCONNECTED (serving locally; telemetry buffered)"
+		}
+		fmt.Fprintf(tw, "\ncontrol plane\tcluster %s, host %s, bus %s, %s\n", cs.Cluster, cs.Host, cs.Bus, conn)
+		var sc struct {
+			Published  int64 `json:"published_messages"`
+			Applied    int64 `json:"commands_applied"`
+			Duplicates int64 `json:"commands_duplicate"`
+			Failed     int64 `json:"commands_failed"`
+			Queued     int   `json:"queued_messages"`
+			Dropped    int64 `json:"dropped_messages"`
+		}
+		if json.Unmarshal(cs.Sidecar, &sc) == nil {
+			fmt.Fprintf(tw, "sidecar\t%d messages published, %d queued, %d dropped; commands %d applied, %d duplicate, %d failed\n",
+				sc.Published, sc.Queued, sc.Dropped, sc.Applied, sc.Duplicates, sc.Failed)
+		}
+		var sch struct {
+			ID     string `json:"id"`
+			Leader bool   `json:"leader"`
+		}
+		if len(cs.Scheduler) > 0 && json.Unmarshal(cs.Scheduler, &sch) == nil {
+			role := "standby"
+			if sch.Leader {
+				role = "LEADER"
+			}
+			fmt.Fprintf(tw, "scheduler replica\t%s (%s)\n", sch.ID, role)
 		}
 	}
 	for _, l := range st.Links {

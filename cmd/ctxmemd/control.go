@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/sidecar"
+	"github.com/ctxmem/ctxmemd/sidecar/bus"
+	"github.com/ctxmem/ctxmemd/sidecar/client"
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
+	"github.com/ctxmem/ctxmemd/sidecar/scheduler"
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// control is the daemon's control plane: the embedded NATS server (when no
+// URL is configured), the bus connection, the sidecar and, when configured,
+// a scheduler replica.
+type control struct {
+	emb   *bus.Embedded
+	nc    *nats.Conn
+	agent *sidecar.Agent
+	sched *scheduler.Scheduler
+	names msg.Names
+}
+
+// busOptions are the NATS connection options of cfg.
+func busOptions(cfg config.Config, name string) bus.Options {
+	return bus.Options{URL: cfg.NATS, Name: name, User: cfg.NATSUser, Password: cfg.NATSPassword,
+		Token: cfg.NATSToken, NKeySeedFile: cfg.NATSNKey, CredsFile: cfg.NATSCreds,
+		TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey, TLSCA: cfg.NATSTLSCA}
+}
+
+// busLimits are the JetStream limits the daemon and schedulers use; the
+// host TTL follows the report interval.
+func busLimits(cfg config.Config) bus.Limits {
+	return bus.Limits{HostTTL: max(10*time.Second, 5*cfg.ReportInterval).Round(time.Second)}
+}
+
+// startControl starts the control plane. An unreachable external NATS is
+// not an error: the connection keeps retrying and the host serves
+// meanwhile. An embedded server that cannot start (port in use) is.
+func (d *daemon) startControl(ctx context.Context) error {
+	cfg := d.cfg
+	c := &control{names: msg.For(cfg.Cluster)}
+	d.ctl = c
+	opts := busOptions(cfg, "ctxmemd "+cfg.Host)
+	opts.Log = d.log.With("component", "bus")
+	if cfg.EmbeddedNATS() {
+		emb, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(cfg.DataDir, "nats"),
+			Listen: cfg.NATSListen, ServerName: "ctxmemd-" + cfg.Host, Log: d.log})
+		if err != nil {
+			return err
+		}
+		c.emb = emb
+		opts.Embedded = emb
+	}
+	nc, err := bus.Connect(opts, true)
+	if err != nil {
+		return err
+	}
+	c.nc = nc
+	agent, err := sidecar.New(sidecar.Config{
+		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
+		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
+		ApplyKnobs: d.applyKnobs, Knobs: d.knobs,
+	}, d.store, d.fuse)
+	if err != nil {
+		return err
+	}
+	c.agent = agent
+	lim := busLimits(cfg)
+	d.goroutine(ctx, "sidecar", func(ctx context.Context) error { return agent.Run(ctx, nc, lim) })
+	if cfg.RunsScheduler() {
+		s, err := scheduler.New(scheduler.Config{Names: c.names, ColdThreshold: cfg.ColdThreshold,
+			Grace: cfg.SinkGrace, Limits: lim, Log: d.log})
+		if err != nil {
+			return err
+		}
+		c.sched = s
+		d.goroutine(ctx, "scheduler", func(ctx context.Context) error { return s.Run(ctx, nc) })
+	}
+	d.log.Info("control plane started", "cluster", cfg.Cluster, "host", cfg.Host, "bus", busName(cfg, c.emb),
+		"scheduler", c.sched != nil)
+	return nil
+}
+
+// close stops the bus connection and the embedded server (after the
+// goroutines using them have ended).
+func (c *control) close() {
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.emb != nil {
+		c.emb.Shutdown()
+	}
+}
+
+func busName(cfg config.Config, emb *bus.Embedded) string {
+	if emb == nil {
+		return cfg.NATS
+	}
+	if u := emb.ClientURL(); u != "" {
+		return "embedded " + u
+	}
+	return "embedded"
+}
+
+// knobs are the host's live policy knobs, for reports.
+func (d *daemon) knobs() msg.Knobs {
+	lim := d.store.G2Limits()
+	k := msg.Knobs{DRAMHigh: lim.High, DRAMLow: lim.Low}
+	hk := d.store.HeatKnobs()
+	k.ColdThreshold, k.WarmThreshold = hk.Cold, hk.Warm
+	return k
+}
+
+// applyKnobs carries out a set_knobs command: zero fields keep their value.
+func (d *daemon) applyKnobs(k msg.Knobs) error {
+	if k.DRAMHigh != 0 || k.DRAMLow != 0 {
+		lim := d.store.G2Limits()
+		if k.DRAMHigh != 0 {
+			lim.High = k.DRAMHigh
+		}
+		if k.DRAMLow != 0 {
+			lim.Low = k.DRAMLow
+		}
+		if err := d.store.SetG2Limits(lim); err != nil {
+			return err
+		}
+	}
+	if k.ColdThreshold != 0 || k.WarmThreshold != 0 {
+		hk := d.store.HeatKnobs()
+		if k.ColdThreshold != 0 {
+			hk.Cold = k.ColdThreshold
+		}
+		if k.WarmThreshold != 0 {
+			hk.Warm = k.WarmThreshold
+		}
+		if err := d.store.SetHeatKnobs(hk); err != nil {
+			return err
+		}
+	}
+	d.log.Info("policy knobs set by the scheduler", "knobs", fmt.Sprintf("%+v", k))
+	return nil
+}
+
+// controlStatus is the control-plane part of the admin status.
+func (d *daemon) controlStatus() *admin.ControlStatus {
+	c := d.ctl
+	if c == nil || c.agent == nil {
+		return nil
+	}
+	cs := &admin.ControlStatus{Cluster: d.cfg.Cluster, Host: d.cfg.Host, Bus: busName(d.cfg, c.emb), Connected: c.nc.IsConnected()}
+	cs.Sidecar, _ = json.Marshal(c.agent.Stats())
+	if c.sched != nil {
+		cs.Scheduler, _ = json.Marshal(c.sched.Stats())
+	}
+	return cs
+}
+
+// errNoControl: the daemon runs without a control plane (nats: none).
+var errNoControl = fmt.Errorf("%w: the control plane is off (nats: none)", admin.ErrUnsupported)
+
+// Cluster implements admin.ClusterProvider.
+func (d *daemon) Cluster(ctx context.Context) (json.RawMessage, error) {
+	if d.ctl == nil || d.ctl.nc == nil {
+		return nil, errNoControl
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := client.View(ctx, d.ctl.nc, d.ctl.names)
+	if err != nil {
+		return nil, fmt.Errorf("cluster view: %w", err)
+	}
+	return json.Marshal(v)
+}
+
+// ClusterPrestage implements admin.ClusterProvider.
+func (d *daemon) ClusterPrestage(ctx context.Context, req admin.ClusterPrestageRequest) (json.RawMessage, error) {
+	if d.ctl == nil || d.ctl.nc == nil {
+		return nil, errNoControl
+	}
+	budget := time.Duration(req.DeadlineMs) * time.Millisecond
+	if budget <= 0 {
+		budget = 5 * time.Second
+	}
+	paths := make([]string, len(req.Paths))
+	for i, p := range req.Paths {
+		paths[i] = strings.TrimPrefix(p, "/")
+	}
+	rep, err := client.Prestage(ctx, d.ctl.nc, d.ctl.names, msg.PrestageRequest{Namespace: req.Namespace,
+		Paths: paths, Host: req.Host, Deadline: time.Now().Add(budget).UnixNano()})
+	if err != nil && rep == nil {
+		if errors.Is(err, client.ErrNoScheduler) {
+			return nil, fmt.Errorf("%w: is a scheduler running for cluster %s?", err, d.cfg.Cluster)
+		}
+		return nil, err
+	}
+	return json.Marshal(rep)
+}
+
+var _ tiering.Observer = (*sidecar.Agent)(nil)

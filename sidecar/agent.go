@@ -1,0 +1,334 @@
+// Package sidecar is the per-host agent of ctxmemd's control loop
+// (DESIGN "Control loop"): it reports block heat, tier occupancy and object
+// events to the schedulers over NATS, keeps the host's liveness record, and
+// carries out the schedulers' commands (sink, demote, promote, prestage,
+// pin, drop namespace, policy knobs) on the tiering core. The scheduler
+// itself is package sidecar/scheduler; subjects and schemas are package
+// sidecar/msg.
+//
+// The agent never blocks the data path: object accesses reach it through
+// tiering.Observer (an O(1) heat-ranking touch), and everything it sends is
+// queued in a bounded outbox that survives a NATS outage (oldest dropped
+// first when full).
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxmem/ctxmemd/heat"
+	"github.com/ctxmem/ctxmemd/sidecar/bus"
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// Files is what the agent needs from the FUSE front end (implemented by
+// *fusefs.Server): naming objects by namespace and path, and dropping a
+// namespace.
+type Files interface {
+	// Path returns the namespace and path of the file whose object is id.
+	Path(id tiering.ObjectID) (ns, path string, ok bool)
+	// Lookup returns the object of the regular file path in namespace ns;
+	// errors wrap fs.ErrNotExist or fs.ErrInvalid.
+	Lookup(ns, path string) (tiering.ObjectID, error)
+	// DropNamespace removes every file of ns; errors wrap fs.ErrNotExist
+	// for an unknown namespace.
+	DropNamespace(ctx context.Context, ns string) (int, error)
+}
+
+// Config configures an Agent. Zero fields take the defaults given.
+type Config struct {
+	// Host names this host on the bus (a msg.ValidToken).
+	Host string
+	// Names are the cluster's subjects and buckets.
+	Names msg.Names
+	// Interval between reports and liveness updates (default 1 s).
+	Interval time.Duration
+	// HotN and ColdN are the report's list lengths (defaults 64 and 256).
+	HotN, ColdN int
+	// BufferBytes bounds telemetry queued while NATS is unreachable
+	// (default 8 MiB; oldest dropped first).
+	BufferBytes int
+	// Workers run commands concurrently (default 2).
+	Workers int
+	// Version and Mount are shown in the liveness record.
+	Version, Mount string
+	// Namespaces are the served namespaces (reported).
+	Namespaces []string
+	// HeatHalfLife is the object heat half-life (default heat's 60 s).
+	HeatHalfLife time.Duration
+	// ApplyKnobs applies a set_knobs command; nil refuses such commands.
+	ApplyKnobs func(msg.Knobs) error
+	// Knobs returns the current knobs for reports; nil reports none.
+	Knobs func() msg.Knobs
+	// Log receives the agent's logs (default slog.Default()).
+	Log *slog.Logger
+}
+
+// Agent is one host's sidecar. Create it with New, register it with the
+// store (New does), and Run it.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	store *tiering.Store
+	files Files
+	rank  *heat.Ranking[tiering.ObjectID]
+	boot  int64
+	out   *outbox
+
+	evMu    sync.Mutex
+	pending []pendingEvent // stored/removed events not yet published
+	evDrop  int64
+
+	seenMu sync.Mutex
+	seen   map[string]struct{} // command ids applied by this process
+	seenQ  []string
+
+	seq      atomic.Uint64
+	last     tiering.Stats // previous report's counters (report goroutine only)
+	c        counters
+	resyncMu sync.Mutex
+	// applied is the applied-commands bucket once the bus is set up.
+	applied    atomic.Pointer[jetstream.KeyValue]
+	needResync atomic.Bool
+	flushNow   chan struct{}
+}
+
+type pendingEvent struct {
+	kind string
+	id   tiering.ObjectID
+}
+
+type counters struct {
+	published, events, liveness      atomic.Int64
+	applied, duplicates, failed      atomic.Int64
+	malformed, publishErr, connected atomic.Int64
+}
+
+// maxPendingEvents bounds queued object events (oldest dropped first).
+const maxPendingEvents = 200_000
+
+// New creates an agent for store and files and registers it as the
+// store's observer. Objects that exist already are ranked as last used
+// at their creation time. Errors: a bad host name or configuration.
+func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
+	if err := msg.ValidToken(cfg.Host); err != nil {
+		return nil, fmt.Errorf("sidecar host name: %w", err)
+	}
+	if err := msg.ValidToken(cfg.Names.Cluster); err != nil {
+		return nil, fmt.Errorf("sidecar cluster name: %w", err)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.HotN <= 0 {
+		cfg.HotN = 64
+	}
+	if cfg.ColdN <= 0 {
+		cfg.ColdN = 256
+	}
+	if cfg.BufferBytes <= 0 {
+		cfg.BufferBytes = 8 << 20
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	rank, err := heat.NewRanking[tiering.ObjectID](heat.RankingConfig{HalfLife: cfg.HeatHalfLife})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Log.With("component", "sidecar"), store: store, files: files, rank: rank,
+		boot: time.Now().UnixNano(), out: newOutbox(cfg.BufferBytes), seen: make(map[string]struct{}),
+		flushNow: make(chan struct{}, 1)}
+	for _, o := range store.Objects() {
+		rank.Touch(o.ID, o.Created)
+	}
+	store.SetObserver(a)
+	return a, nil
+}
+
+// Created implements tiering.Observer.
+func (a *Agent) Created(id tiering.ObjectID, ns, kind string) {
+	a.rank.Touch(id, time.Now())
+	if kind != tiering.KindNBD {
+		a.queueEvent(msg.EvStored, id)
+	}
+}
+
+// Accessed implements tiering.Observer.
+func (a *Agent) Accessed(id tiering.ObjectID, now time.Time) { a.rank.Touch(id, now) }
+
+// Removed implements tiering.Observer.
+func (a *Agent) Removed(id tiering.ObjectID) {
+	a.rank.Remove(id)
+	a.queueEvent(msg.EvRemoved, id)
+}
+
+func (a *Agent) queueEvent(kind string, id tiering.ObjectID) {
+	a.evMu.Lock()
+	if len(a.pending) >= maxPendingEvents {
+		a.pending = a.pending[1:]
+		a.evDrop++
+	}
+	a.pending = append(a.pending, pendingEvent{kind, id})
+	a.evMu.Unlock()
+}
+
+// Boot returns the agent's boot id (unix ns of its start): object ids in
+// reports are valid within it.
+func (a *Agent) Boot() int64 { return a.boot }
+
+// Run reports, keeps liveness and takes commands until ctx ends. It
+// (re)creates the cluster's JetStream resources and this host's command
+// consumer whenever they are missing (a NATS server restarted without its
+// store), and keeps going while NATS is down: telemetry waits in the
+// outbox. It returns nil when ctx ends.
+func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
+	cmds := make(chan jetstream.Msg, 64)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := 0; i < a.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.worker(ctx, nc, cmds)
+		}()
+	}
+	var res *bus.Resources
+	var cc jetstream.ConsumeContext
+	consumeBroken := make(chan struct{}, 1)
+	defer func() {
+		if cc != nil {
+			cc.Stop()
+		}
+	}()
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	due := true
+	for {
+		if nc.IsConnected() {
+			a.c.connected.Store(1)
+			if res == nil {
+				r, err := bus.Ensure(ctx, nc, a.cfg.Names, lim)
+				if err != nil {
+					a.log.Warn("control bus: cannot set up streams and buckets", "err", err)
+				} else {
+					res = r
+				}
+			}
+			if res != nil && cc == nil {
+				c, err := a.consume(ctx, res, cmds, consumeBroken)
+				if err != nil {
+					a.log.Warn("control bus: cannot consume commands", "err", err)
+					res = nil // re-ensure next round
+				} else {
+					cc = c
+				}
+			}
+		} else {
+			a.c.connected.Store(0)
+		}
+		if res != nil {
+			a.applied.Store(&res.Applied)
+		}
+		if a.needResync.Swap(false) {
+			a.resync(ctx)
+		}
+		if due {
+			a.report(ctx, res)
+		} else if res != nil {
+			a.flush(ctx, res)
+		}
+		due = false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-consumeBroken:
+			if cc != nil {
+				cc.Stop()
+				cc = nil
+			}
+			res = nil
+		case <-a.flushNow:
+		case <-tick.C:
+			due = true
+		}
+	}
+}
+
+// consume starts taking this host's commands.
+func (a *Agent) consume(ctx context.Context, res *bus.Resources, cmds chan<- jetstream.Msg, broken chan<- struct{}) (jetstream.ConsumeContext, error) {
+	names := a.cfg.Names
+	cons, err := res.JS.CreateOrUpdateConsumer(ctx, names.Commands(), jetstream.ConsumerConfig{
+		Durable: names.HostConsumer(a.cfg.Host), FilterSubject: names.Command(a.cfg.Host),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Minute, MaxDeliver: 5,
+		MaxAckPending: 256, DeliverPolicy: jetstream.DeliverAllPolicy,
+		Description: "commands for ctxmemd host " + a.cfg.Host,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", names.HostConsumer(a.cfg.Host), err)
+	}
+	return cons.Consume(func(m jetstream.Msg) {
+		select {
+		case cmds <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) {
+			a.log.Warn("control bus: command consumer lost; recreating", "err", err)
+			select {
+			case broken <- struct{}{}:
+			default:
+			}
+		}
+	}))
+}
+
+// Stats are the agent's counters for status.
+type Stats struct {
+	Host            string `json:"host"`
+	Connected       bool   `json:"connected"`
+	Published       int64  `json:"published_messages"`
+	Events          int64  `json:"events"`
+	Applied         int64  `json:"commands_applied"`
+	Duplicates      int64  `json:"commands_duplicate"`
+	Failed          int64  `json:"commands_failed"`
+	Malformed       int64  `json:"messages_malformed"`
+	Queued          int    `json:"queued_messages"`
+	QueuedBytes     int    `json:"queued_bytes"`
+	DroppedMessages int64  `json:"dropped_messages"`
+	DroppedEvents   int64  `json:"dropped_events"`
+	TrackedObjects  int    `json:"tracked_objects"`
+}
+
+// Stats returns a snapshot of the agent's counters.
+func (a *Agent) Stats() Stats {
+	q, qb, dropped := a.out.stats()
+	a.evMu.Lock()
+	evDrop := a.evDrop
+	a.evMu.Unlock()
+	return Stats{Host: a.cfg.Host, Connected: a.c.connected.Load() == 1, Published: a.c.published.Load(),
+		Events: a.c.events.Load(), Applied: a.c.applied.Load(), Duplicates: a.c.duplicates.Load(),
+		Failed: a.c.failed.Load(), Malformed: a.c.malformed.Load(), Queued: q, QueuedBytes: qb,
+		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len()}
+}
+
+// replicaName is the OS host name and pid, for liveness and issuer fields.
+func replicaName() string {
+	h, _ := os.Hostname()
+	return h + ":" + strconv.Itoa(os.Getpid())
+}

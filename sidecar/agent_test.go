@@ -1,0 +1,304 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxmem/ctxmemd/sidecar/bus"
+	"github.com/ctxmem/ctxmemd/sidecar/client"
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
+	"github.com/ctxmem/ctxmemd/sidecar/scheduler"
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/g4"
+)
+
+// files is an in-memory Files for this package's tests: the real one is
+// the FUSE mount, exercised by the end-to-end tests.
+type files struct {
+	mu     sync.Mutex
+	byPath map[string]tiering.ObjectID
+	st     *tiering.Store
+}
+
+func (f *files) Path(id tiering.ObjectID) (string, string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for p, i := range f.byPath {
+		if i == id {
+			return "default", p, true
+		}
+	}
+	return "", "", false
+}
+
+func (f *files) Lookup(ns, path string) (tiering.ObjectID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id, ok := f.byPath[path]; ok && ns == "default" {
+		return id, nil
+	}
+	return 0, fs.ErrNotExist
+}
+
+func (f *files) DropNamespace(ctx context.Context, ns string) (int, error) {
+	if ns != "default" {
+		return 0, fs.ErrNotExist
+	}
+	f.mu.Lock()
+	ids := f.byPath
+	f.byPath = map[string]tiering.ObjectID{}
+	f.mu.Unlock()
+	for _, id := range ids {
+		_ = f.st.Delete(ctx, id)
+	}
+	return len(ids), nil
+}
+
+func (f *files) write(t *testing.T, path string, data []byte) tiering.ObjectID {
+	t.Helper()
+	id, err := f.st.Create("default", 4096, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.WriteAt(context.Background(), id, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.byPath[path] = id
+	f.mu.Unlock()
+	return id
+}
+
+type rig struct {
+	emb   *bus.Embedded
+	nc    *nats.Conn
+	names msg.Names
+	lim   bus.Limits
+	log   *slog.Logger
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	emb, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Shutdown)
+	nc, err := bus.Connect(bus.Options{Embedded: emb, Name: "test"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &rig{emb: emb, nc: nc, names: msg.For("t1"), lim: bus.Limits{HostTTL: 3 * time.Second, LeaderTTL: 2 * time.Second},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// host starts a store, files and an agent named name; stopped at cleanup.
+func (r *rig) host(t *testing.T, name string) (*Agent, *files) {
+	t.Helper()
+	objs, err := g4.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 64 << 20, G4: t4, Logger: r.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &files{byPath: map[string]tiering.ObjectID{}, st: st}
+	a, err := New(Config{Host: name, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond,
+		ApplyKnobs: func(k msg.Knobs) error {
+			if k.ColdThreshold > 100 {
+				return fmt.Errorf("cold threshold %v out of range", k.ColdThreshold)
+			}
+			return nil
+		}}, st, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, r.nc, r.lim) }()
+	t.Cleanup(func() { cancel(); <-done; st.Close() })
+	return a, f
+}
+
+func (r *rig) scheduler(t *testing.T, grace time.Duration) *scheduler.Scheduler {
+	t.Helper()
+	s, err := scheduler.New(scheduler.Config{Names: r.names, Grace: grace, Limits: r.lim, Log: r.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx, r.nc) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestColdObjectSunkAndPrestaged(t *testing.T) {
+	r := newRig(t)
+	_, fa := r.host(t, "host-a")
+	_, fb := r.host(t, "host-b")
+	sch := r.scheduler(t, 500*time.Millisecond)
+	eventually(t, "leadership", 10*time.Second, sch.IsLeader)
+
+	data := bytes.Repeat([]byte("kv-block"), 4096) // 32 KiB, 8 blocks
+	cold := fa.write(t, "sess1/blk0", data)
+	// A hot object on B is touched continuously and must stay.
+	hot := fb.write(t, "sess2/blk0", data)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, len(data))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_, _ = fb.st.ReadAt(context.Background(), hot, buf, 0)
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	eventually(t, "cold object sunk to G4", 20*time.Second, func() bool {
+		res, err := fa.st.Residency(cold)
+		return err == nil && res.G4 == res.Blocks && res.G2 == 0 && res.G3 == 0
+	})
+	if res, _ := fb.st.Residency(hot); res.G2 == 0 {
+		t.Fatalf("hot object lost its G2 copy: %+v", res)
+	}
+	got := make([]byte, len(data))
+	if _, err := fa.st.ReadAt(context.Background(), cold, got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("sunk object reads wrong: %v", err)
+	}
+	// Sink it again (the read promoted it), then prestage it back through
+	// the scheduler: the view knows host-a holds it.
+	if _, err := fa.st.Sink(context.Background(), cold); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "view knows host-a holds the object", 10*time.Second, func() bool {
+		_, ok := sch.Holders("default", "sess1/blk0")["host-a"]
+		return ok
+	})
+	rep, err := client.Prestage(context.Background(), r.nc, r.names, msg.PrestageRequest{
+		Namespace: "default", Paths: []string{"sess1/blk0", "missing"}, Deadline: time.Now().Add(5 * time.Second).UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok, notFound int
+	for _, res := range rep.Results {
+		switch {
+		case res.Path == "sess1/blk0" && res.Host == "host-a" && res.Status == msg.AckOK:
+			ok++
+		case res.Path == "missing" && res.Status == msg.AckNotFound:
+			notFound++
+		}
+	}
+	if ok != 1 || notFound != 2 {
+		t.Fatalf("prestage reply: %+v", rep.Results)
+	}
+	if res, _ := fa.st.Residency(cold); res.G2 != res.Blocks {
+		t.Fatalf("prestaged object not in G2: %+v", res)
+	}
+}
+
+func TestCommandsIdempotentAndMalformedDropped(t *testing.T) {
+	r := newRig(t)
+	a, fa := r.host(t, "host-a")
+	sch := r.scheduler(t, time.Hour)
+	eventually(t, "leadership", 10*time.Second, sch.IsLeader)
+	id := fa.write(t, "x", bytes.Repeat([]byte{7}, 10000))
+	eventually(t, "host listed", 10*time.Second, func() bool {
+		c, err := client.View(context.Background(), r.nc, r.names)
+		return err == nil && len(c.Hosts) == 1 && c.Leader != nil && c.Leader.ID == sch.ID()
+	})
+
+	ctx := context.Background()
+	ack, err := client.Control(ctx, r.nc, r.names, msg.Command{ID: "pin-once", Host: "host-a", Op: msg.OpPin, Namespace: "default", Path: "x"})
+	if err != nil || ack.Status != msg.AckOK {
+		t.Fatalf("pin: %+v %v", ack, err)
+	}
+	if res, _ := fa.st.Residency(id); !res.Pinned {
+		t.Fatal("not pinned after the pin command")
+	}
+	// The same id again: JetStream's duplicate window drops the publish,
+	// so publish it raw under another message id to force a redelivery.
+	js, _ := jetstream.New(r.nc)
+	raw, _ := msg.Encode(&msg.Command{V: msg.Version, ID: "pin-once", Host: "host-a", Op: msg.OpUnpin, Namespace: "default", Path: "x"})
+	if _, err := js.Publish(ctx, r.names.Command("host-a"), raw, jetstream.WithMsgID("other")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "duplicate acknowledged", 10*time.Second, func() bool { return a.Stats().Duplicates == 1 })
+	if res, _ := fa.st.Residency(id); !res.Pinned {
+		t.Fatal("a duplicate command id was applied")
+	}
+	// Garbage and a wrong version are dropped, the agent keeps working.
+	for _, bad := range [][]byte{[]byte("not msgpack \xff\x00"), mustEncode(t, &msg.Command{V: 99, ID: "v99", Host: "host-a", Op: msg.OpUnpin})} {
+		if _, err := js.Publish(ctx, r.names.Command("host-a"), bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "malformed commands dropped", 10*time.Second, func() bool { return a.Stats().Malformed == 2 })
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSink, Namespace: "default", Path: "nope"})
+	if err != nil || ack.Status != msg.AckNotFound {
+		t.Fatalf("sink of an unknown object: %+v %v", ack, err)
+	}
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSink, Namespace: "default", Path: "x"})
+	if err != nil || ack.Status != msg.AckRefused {
+		t.Fatalf("sink of a pinned object: %+v %v", ack, err)
+	}
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSetKnobs, Knobs: &msg.Knobs{ColdThreshold: 500}})
+	if err != nil || ack.Status != msg.AckRefused {
+		t.Fatalf("bad knobs: %+v %v", ack, err)
+	}
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpDropNamespace, Namespace: "default"})
+	if err != nil || ack.Status != msg.AckOK || ack.Blocks != 1 {
+		t.Fatalf("drop namespace: %+v %v", ack, err)
+	}
+	if _, err := fa.st.Residency(id); err == nil {
+		t.Fatal("object survived the namespace drop")
+	}
+	// An expired prestage is answered "expired", not applied.
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpPrestage, Namespace: "default", Path: "x",
+		Deadline: time.Now().Add(-time.Second).UnixNano()})
+	if err == nil && ack.Status != msg.AckExpired && ack.Status != msg.AckError {
+		t.Fatalf("expired prestage: %+v", ack)
+	}
+}
+
+func mustEncode(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := msg.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

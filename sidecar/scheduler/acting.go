@@ -1,0 +1,298 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxmem/ctxmemd/sidecar/bus"
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
+)
+
+// acting is the leader's work: the telemetry consumer and the request
+// subscriptions. stop undoes it.
+type acting struct {
+	cc      jetstream.ConsumeContext
+	subs    []*nats.Subscription
+	cancel  context.CancelFunc
+	renewed time.Time
+	done    chan struct{}
+}
+
+func (a *acting) stop() {
+	a.cancel()
+	a.cc.Stop()
+	for _, sub := range a.subs {
+		_ = sub.Unsubscribe()
+	}
+	<-a.done
+}
+
+// startActing begins leading: a fresh view, the telemetry consumer, the
+// request subjects, and a resync command to every live host.
+func (s *Scheduler) startActing(ctx context.Context, res *bus.Resources, nc *nats.Conn) (*acting, error) {
+	names := s.cfg.Names
+	s.mu.Lock()
+	s.hosts = map[string]*hostView{}
+	s.view = map[objKey]map[string]uint64{}
+	s.sent = map[string]time.Time{}
+	s.waits = map[string]chan msg.Ack{}
+	s.mu.Unlock()
+	cons, err := res.JS.CreateOrUpdateConsumer(ctx, names.Telemetry(), jetstream.ConsumerConfig{
+		Durable: names.SchedulerConsumer(), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxAckPending: 4096, DeliverPolicy: jetstream.DeliverNewPolicy,
+		Description: "the acting ctxmemd scheduler",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("telemetry consumer: %w", err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	a := &acting{cancel: cancel, renewed: time.Now(), done: make(chan struct{})}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		s.telemetry(actx, res, m)
+		_ = m.Ack()
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("consume telemetry: %w", err)
+	}
+	a.cc = cc
+	for subj, fn := range map[string]nats.MsgHandler{
+		names.Prestage(): func(m *nats.Msg) { go s.prestage(actx, res, m) },
+		names.Control():  func(m *nats.Msg) { go s.control(actx, res, m) },
+	} {
+		sub, err := nc.QueueSubscribe(subj, "ctxmem-scheduler", fn)
+		if err != nil {
+			a.cc.Stop()
+			cancel()
+			for _, s := range a.subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fmt.Errorf("subscribe %s: %w", subj, err)
+		}
+		a.subs = append(a.subs, sub)
+	}
+	go func() {
+		defer close(a.done)
+		s.resyncAll(actx, res)
+		s.expireLoop(actx)
+	}()
+	return a, nil
+}
+
+// resyncAll asks every host listed in the hosts bucket for its inventory.
+func (s *Scheduler) resyncAll(ctx context.Context, res *bus.Resources) {
+	keys, err := res.Hosts.ListKeys(ctx)
+	if err != nil {
+		s.log.Warn("scheduler: list hosts", "err", err)
+		return
+	}
+	for host := range keys.Keys() {
+		s.send(ctx, res, &msg.Command{Op: msg.OpResync, Host: host,
+			ID: msg.CommandID(msg.OpResync, host, s.cfg.ID, time.Now().UnixNano())})
+	}
+}
+
+// expireLoop forgets commands that were never acknowledged (so a decision
+// can be taken again) and hosts that stopped reporting.
+func (s *Scheduler) expireLoop(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		ttl := s.cfg.Limits.HostTTL
+		if ttl == 0 {
+			ttl = 10 * time.Second
+		}
+		s.mu.Lock()
+		for id, at := range s.sent {
+			if now.Sub(at) > 2*time.Minute {
+				delete(s.sent, id)
+			}
+		}
+		for h, hv := range s.hosts {
+			if now.Sub(hv.seen) > 3*ttl {
+				s.forgetHostLocked(h)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Scheduler) forgetHostLocked(host string) {
+	hv := s.hosts[host]
+	if hv == nil {
+		return
+	}
+	for _, k := range hv.byID {
+		if m := s.view[k]; m != nil {
+			delete(m, host)
+			if len(m) == 0 {
+				delete(s.view, k)
+			}
+		}
+	}
+	delete(s.hosts, host)
+}
+
+// send publishes cmd on the host's command subject with its id as the
+// JetStream message id, unless a command with that id is awaiting an ack.
+// It reports whether it was published.
+func (s *Scheduler) send(ctx context.Context, res *bus.Resources, cmd *msg.Command) bool {
+	cmd.V = msg.Version
+	cmd.Issuer = s.cfg.ID
+	cmd.Issued = time.Now().UnixNano()
+	s.mu.Lock()
+	if _, ok := s.sent[cmd.ID]; ok {
+		s.mu.Unlock()
+		return false
+	}
+	s.sent[cmd.ID] = time.Now()
+	s.mu.Unlock()
+	data, err := msg.Encode(cmd)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = res.JS.PublishMsg(pctx, &nats.Msg{Subject: s.cfg.Names.Command(cmd.Host), Data: data,
+			Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.ID}}})
+		cancel()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		delete(s.sent, cmd.ID)
+		s.log.Warn("scheduler: command not sent", "id", cmd.ID, "host", cmd.Host, "op", cmd.Op, "err", err)
+		return false
+	}
+	s.stats.Commands[cmd.Op]++
+	s.log.Debug("scheduler: command sent", "id", cmd.ID, "host", cmd.Host, "op", cmd.Op, "ns", cmd.Namespace,
+		"path", cmd.Path, "why", cmd.Reason)
+	return true
+}
+
+// telemetry handles one report, event batch or ack.
+func (s *Scheduler) telemetry(ctx context.Context, res *bus.Resources, m jetstream.Msg) {
+	switch s.cfg.Names.KindOf(m.Subject()) {
+	case "report":
+		var r msg.Report
+		if err := msg.Decode(m.Data(), &r); err != nil {
+			s.malformed(m, err)
+			return
+		}
+		s.onReport(ctx, res, &r)
+	case "event":
+		var e msg.Events
+		if err := msg.Decode(m.Data(), &e); err != nil {
+			s.malformed(m, err)
+			return
+		}
+		s.onEvents(&e)
+	case "ack":
+		var a msg.Ack
+		if err := msg.Decode(m.Data(), &a); err != nil {
+			s.malformed(m, err)
+			return
+		}
+		s.onAck(&a)
+	default:
+		s.malformed(m, fmt.Errorf("unexpected subject"))
+	}
+}
+
+func (s *Scheduler) malformed(m jetstream.Msg, err error) {
+	s.mu.Lock()
+	s.stats.Malformed++
+	s.mu.Unlock()
+	s.log.Warn("scheduler: dropping malformed message", "subject", m.Subject(), "bytes", len(m.Data()), "err", err)
+}
+
+// hostLocked returns the view of host for boot, resetting it when the
+// host restarted (object ids are per boot).
+func (s *Scheduler) hostLocked(host string, boot int64) *hostView {
+	hv := s.hosts[host]
+	if hv != nil && hv.boot != boot && boot != 0 {
+		s.forgetHostLocked(host)
+		hv = nil
+	}
+	if hv == nil {
+		hv = &hostView{boot: boot, byID: map[uint64]objKey{}}
+		s.hosts[host] = hv
+	}
+	hv.seen = time.Now()
+	return hv
+}
+
+func (s *Scheduler) onEvents(e *msg.Events) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Events += int64(len(e.Events))
+	hv := s.hostLocked(e.Host, e.Boot)
+	for _, ev := range e.Events {
+		switch ev.Kind {
+		case msg.EvStored, msg.EvMoved:
+			if ev.Path == "" {
+				continue
+			}
+			k := objKey{ev.Namespace, ev.Path}
+			if old, ok := hv.byID[ev.ID]; ok && old != k {
+				s.unviewLocked(e.Host, old)
+			}
+			hv.byID[ev.ID] = k
+			m := s.view[k]
+			if m == nil {
+				m = map[string]uint64{}
+				s.view[k] = m
+			}
+			m[e.Host] = ev.ID
+		case msg.EvRemoved:
+			if k, ok := hv.byID[ev.ID]; ok {
+				delete(hv.byID, ev.ID)
+				s.unviewLocked(e.Host, k)
+			}
+		}
+	}
+	if e.Resync && e.Last {
+		hv.synced = true
+	}
+}
+
+func (s *Scheduler) unviewLocked(host string, k objKey) {
+	if m := s.view[k]; m != nil {
+		delete(m, host)
+		if len(m) == 0 {
+			delete(s.view, k)
+		}
+	}
+}
+
+func (s *Scheduler) onAck(a *msg.Ack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Acks[a.Status]++
+	delete(s.sent, a.ID)
+	if w := s.waits[a.ID]; w != nil {
+		select {
+		case w <- *a:
+		default:
+		}
+	}
+}
+
+// Holders returns the hosts known to hold (ns, path) and their object ids
+// (the global view; empty when unknown).
+func (s *Scheduler) Holders(ns, path string) map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]uint64{}
+	for h, id := range s.view[objKey{ns, path}] {
+		out[h] = id
+	}
+	return out
+}
