@@ -149,12 +149,12 @@ func TestCorruptionDetected(t *testing.T) {
 func TestVanishedIsMiss(t *testing.T) {
 	dir := t.TempDir()
 	r := &runner{opts: Options{Mount: dir, BlockBytes: bb, Layout: LayoutFlat, Logger: slog.New(slog.DiscardHandler), FailureLogs: 1},
-		inflight: map[int64]chan struct{}{}}
-	w := &worker{r: r, rbuf: make([]byte, bb+1), wbuf: make([]byte, bb), xbuf: make([]byte, 64), res: Result{HitsByTier: map[string]int64{}}}
-	if got := w.read(filepath.Join(dir, "gone.bin"), 9); got != readVanished {
+		hosts: []host{{mount: dir}}, inflight: map[claimKey]chan struct{}{}}
+	w := &worker{r: r, rbuf: make([]byte, bb+1), wbuf: make([]byte, bb), xbuf: make([]byte, 64), cnt: make([]counts, 1), tiers: map[string]int64{}}
+	if got := w.read(0, filepath.Join(dir, "gone.bin"), 9); got != readVanished {
 		t.Errorf("read of a vanished file = %v, want readVanished", got)
 	}
-	if w.res.VerifyFailures != 0 {
+	if w.cnt[0].verifyFailures != 0 {
 		t.Error("a vanished file is not a verification failure")
 	}
 }

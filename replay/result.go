@@ -13,9 +13,10 @@ import (
 func countedTiers() []string { return []string{"G2", "G3", "G3.5", "G4", TierUnknown} }
 
 // Result is a replay's outcome. Ratios are 0–1; a hit is a block whose file
-// existed and read back complete and correct; a miss is a block that had to
-// be written. Blocks = BlockHits + BlockMisses + VerifyFailures (+ blocks
-// skipped by cancellation).
+// existed (at once, or within Options.RetryMissing) and read back complete
+// and correct; a miss is a block that had to be written. Blocks =
+// BlockHits + BlockMisses + VerifyFailures (+ blocks skipped by
+// cancellation). The totals are the sums of the Hosts rows.
 type Result struct {
 	Requests int64 `json:"requests"`
 	// RequestHits counts requests all of whose blocks hit.
@@ -25,6 +26,14 @@ type Result struct {
 	BlockHits       int64   `json:"block_hits"`
 	BlockMisses     int64   `json:"block_misses"`
 	BlockHitRatio   float64 `json:"block_hit_ratio"`
+	// RetryHits counts the hits (included in BlockHits) whose file was
+	// absent at first and appeared while the miss waited up to
+	// RetryMissingS; 0 when waiting is off.
+	RetryHits int64 `json:"retry_hits"`
+	// RetryWaitS is the total time misses spent waiting, in seconds.
+	RetryWaitS float64 `json:"retry_wait_s"`
+	// RetryMissingS is Options.RetryMissing in seconds (0: off).
+	RetryMissingS float64 `json:"retry_missing_s"`
 	// ByteHitRatio is verified bytes read over bytes requested
 	// (Blocks × BlockBytes); with fixed-size block files it equals
 	// BlockHitRatio.
@@ -47,7 +56,76 @@ type Result struct {
 	ElapsedS   float64 `json:"elapsed_s"`
 	BlockBytes int     `json:"block_bytes"`
 	Layout     string  `json:"layout"`
-	Mount      string  `json:"mount"`
+	// Mount is the mount directory; with several hosts, their mounts
+	// joined by commas (Hosts[i].Mount has each one exactly).
+	Mount string `json:"mount"`
+	// Spread is the routing rule of requests to hosts ("rr" or "hash").
+	Spread string `json:"spread"`
+	// HashBlocks is how many leading block ids the hash spread hashes.
+	HashBlocks int `json:"hash_blocks"`
+	// Hosts has one row per mount, in the order given (one row for a
+	// single-mount replay).
+	Hosts []HostResult `json:"hosts"`
+}
+
+// HostResult is one host's (one mount's) share of a replay. Counts mean
+// the same as Result's; BlockHitRatio is BlockHits / Blocks (0 for none).
+type HostResult struct {
+	// Host is the index of the mount in Options.Mounts, from 0.
+	Host           int     `json:"host"`
+	Mount          string  `json:"mount"`
+	Requests       int64   `json:"requests"`
+	RequestHits    int64   `json:"request_hits"`
+	Blocks         int64   `json:"blocks"`
+	BlockHits      int64   `json:"block_hits"`
+	BlockMisses    int64   `json:"block_misses"`
+	BlockHitRatio  float64 `json:"block_hit_ratio"`
+	RetryHits      int64   `json:"retry_hits"`
+	RetryWaitS     float64 `json:"retry_wait_s"`
+	VerifyFailures int64   `json:"verify_failures"`
+	WriteErrors    int64   `json:"write_errors"`
+	BytesRead      int64   `json:"bytes_read"`
+	BytesWritten   int64   `json:"bytes_written"`
+}
+
+// counts are one host's counters while a replay runs (times in ns).
+type counts struct {
+	requests, requestHits, blocks, hits, misses, retryHits int64
+	verifyFailures, writeErrors, bytesRead, bytesWritten   int64
+	retryWaitNs                                            int64
+}
+
+func (c *counts) add(o counts) {
+	c.requests += o.requests
+	c.requestHits += o.requestHits
+	c.blocks += o.blocks
+	c.hits += o.hits
+	c.misses += o.misses
+	c.retryHits += o.retryHits
+	c.verifyFailures += o.verifyFailures
+	c.writeErrors += o.writeErrors
+	c.bytesRead += o.bytesRead
+	c.bytesWritten += o.bytesWritten
+	c.retryWaitNs += o.retryWaitNs
+}
+
+func (c counts) host(i int, mount string) HostResult {
+	h := HostResult{Host: i, Mount: mount, Requests: c.requests, RequestHits: c.requestHits, Blocks: c.blocks,
+		BlockHits: c.hits, BlockMisses: c.misses, RetryHits: c.retryHits, RetryWaitS: float64(c.retryWaitNs) / 1e9,
+		VerifyFailures: c.verifyFailures, WriteErrors: c.writeErrors, BytesRead: c.bytesRead, BytesWritten: c.bytesWritten}
+	if h.Blocks > 0 {
+		h.BlockHitRatio = float64(h.BlockHits) / float64(h.Blocks)
+	}
+	return h
+}
+
+// setTotals copies the summed counters c into r's totals.
+func (r *Result) setTotals(c counts) {
+	r.Requests, r.RequestHits, r.Blocks = c.requests, c.requestHits, c.blocks
+	r.BlockHits, r.BlockMisses, r.RetryHits = c.hits, c.misses, c.retryHits
+	r.VerifyFailures, r.WriteErrors = c.verifyFailures, c.writeErrors
+	r.BytesRead, r.BytesWritten = c.bytesRead, c.bytesWritten
+	r.RetryWaitS = float64(c.retryWaitNs) / 1e9
 }
 
 // percentileUs returns the q-quantile (0–1, nearest rank) of sorted
@@ -110,8 +188,29 @@ func (r Result) WriteTable(w io.Writer) error {
 		[2]string{"write errors", fmt.Sprint(r.WriteErrors)},
 		[2]string{"verification failures", fmt.Sprint(r.VerifyFailures)},
 	)
+	if r.RetryMissingS > 0 {
+		rows = append(rows, [2]string{"retry-missing hits", fmt.Sprintf("%d (waited up to %gs each, %.2f s in all)",
+			r.RetryHits, r.RetryMissingS, r.RetryWaitS)})
+	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Hosts) < 2 {
+		return nil
+	}
+	spread := r.Spread
+	if spread == string(SpreadHash) {
+		spread = fmt.Sprintf("%s of the first %d block ids", spread, r.HashBlocks)
+	}
+	fmt.Fprintf(w, "\nper host (spread %s):\n", spread)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "host\trequests\tblock reads\thits\tmisses\thit ratio\tretry hits\tverify failures\twrite errors\t\tmount\n")
+	for _, h := range r.Hosts {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.4f\t%d\t%d\t%d\t\t%s\n", h.Host, h.Requests, h.Blocks, h.BlockHits,
+			h.BlockMisses, h.BlockHitRatio, h.RetryHits, h.VerifyFailures, h.WriteErrors, h.Mount)
 	}
 	return tw.Flush()
 }

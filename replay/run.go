@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,12 +25,34 @@ const (
 	// DefaultFailureLogs is how many verification failures are logged in
 	// detail (all are counted).
 	DefaultFailureLogs = 5
+	// RetryPoll is how often a miss re-stats its file while it waits for
+	// a peer (Options.RetryMissing).
+	RetryPoll = 10 * time.Millisecond
 )
 
 // Options configure Run.
 type Options struct {
-	// Mount is the directory to replay into (required; must exist).
+	// Mount is the directory to replay into: a one-host replay. Set Mount
+	// or Mounts, not both; the directories must exist.
 	Mount string
+	// Mounts are the directories of a multi-host replay, one per host
+	// (each a different ctxmemd daemon's mount with the same namespace
+	// layout). Each request goes to one host (see Spread), which reads and
+	// writes only its own mount: a block absent there is a miss there even
+	// when another host has it. The same directory may be given several
+	// times (hosts then share its files and in-flight writes).
+	Mounts []string
+	// Spread routes requests to hosts (default SpreadRR).
+	Spread Spread
+	// HashBlocks is how many leading block ids SpreadHash hashes
+	// (default 1).
+	HashBlocks int
+	// RetryMissing, when > 0, makes a miss re-stat its file every
+	// RetryPoll for up to this long before writing it; a file that
+	// appears (a peer shared it) is read and verified and, if correct,
+	// counted in Result.RetryHits as well as BlockHits. 0 (default) writes
+	// at once.
+	RetryMissing time.Duration
 	// Layout names block files (default LayoutFlat).
 	Layout Layout
 	// BlockBytes is the size in bytes of every block file (default 256 KiB).
@@ -47,28 +70,56 @@ type Options struct {
 	Logger *slog.Logger
 	// FailureLogs caps detailed failure logs (default DefaultFailureLogs).
 	FailureLogs int
+
+	// afterMiss, when set (tests), is called with the host and block id
+	// when a miss starts waiting under RetryMissing.
+	afterMiss func(host int, id int64)
 }
 
-// Run replays reqs (in slice order, see ReadTrace) into opts.Mount and
-// returns the counts. For each block: if its file exists it is a hit
-// candidate — the tier xattr is read, then the file is opened, read whole,
+// Run replays reqs (in slice order, see ReadTrace) into opts.Mount, or
+// into opts.Mounts with request i going to host opts.Spread.Host(i, …), and
+// returns the counts, in total and per host. For each block, on the
+// request's host: if its file exists it is a hit candidate — the tier xattr is read, then the file is opened, read whole,
 // closed and checked byte by byte (a read error, short or long file, or
 // wrong byte is a verification failure); if it does not exist, or vanishes
-// before it is opened, it is a miss and is written through a unique temp
-// file renamed into place. A block another in-flight request is writing is
-// waited for and then read, so on a store that keeps everything the hit
-// count does not depend on Concurrency.
+// before it is opened, it is a miss and (after waiting up to
+// opts.RetryMissing for it to appear) is written through a unique temp file
+// renamed into place. A block another in-flight request is writing to the
+// same directory is waited for and then read, so on a store that keeps
+// everything the hit count does not depend on Concurrency. The bytes of a
+// block depend only on its id (Fill), so a file one host shares with
+// another verifies there.
 //
 // Run returns an error for bad options, and ctx.Err() (with the partial
 // result) when ctx ends first.
 func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
-	if opts.Mount == "" {
+	mounts := opts.Mounts
+	switch {
+	case opts.Mount != "" && len(mounts) > 0:
+		return Result{}, errors.New("replay: set Mount or Mounts, not both")
+	case opts.Mount != "":
+		mounts = []string{opts.Mount}
+	case len(mounts) == 0:
 		return Result{}, errors.New("replay: no mount directory")
 	}
-	if fi, err := os.Stat(opts.Mount); err != nil {
-		return Result{}, fmt.Errorf("replay: %w", err)
-	} else if !fi.IsDir() {
-		return Result{}, fmt.Errorf("replay: %s is not a directory", opts.Mount)
+	hosts, err := openHosts(mounts)
+	if err != nil {
+		return Result{}, err
+	}
+	if opts.Spread == "" {
+		opts.Spread = SpreadRR
+	}
+	if _, err := ParseSpread(string(opts.Spread)); err != nil {
+		return Result{}, err
+	}
+	if opts.HashBlocks == 0 {
+		opts.HashBlocks = 1
+	}
+	if opts.HashBlocks < 0 {
+		return Result{}, fmt.Errorf("replay: hash blocks %d is negative", opts.HashBlocks)
+	}
+	if opts.RetryMissing < 0 {
+		return Result{}, fmt.Errorf("replay: retry-missing %v is negative", opts.RetryMissing)
 	}
 	if opts.Layout == "" {
 		opts.Layout = LayoutFlat
@@ -98,7 +149,7 @@ func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 
-	r := &runner{opts: opts, inflight: map[int64]chan struct{}{}}
+	r := &runner{opts: opts, hosts: hosts, inflight: map[claimKey]chan struct{}{}}
 	if opts.Progress != nil {
 		r.bar = progressbar.NewOptions(len(reqs),
 			progressbar.OptionSetWriter(opts.Progress),
@@ -117,42 +168,45 @@ func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		w := &worker{r: r, id: i, rbuf: make([]byte, opts.BlockBytes+1), wbuf: make([]byte, opts.BlockBytes),
-			res: Result{HitsByTier: map[string]int64{}}, xbuf: make([]byte, 256)}
+			cnt: make([]counts, len(hosts)), tiers: map[string]int64{}, xbuf: make([]byte, 256)}
 		workers[i] = w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				w.request(ctx, &reqs[i])
+				w.request(ctx, opts.Spread.Host(i, &reqs[i], len(hosts), opts.HashBlocks), &reqs[i])
 				if r.bar != nil {
 					_ = r.bar.Add(1)
 				}
 			}
 		}()
 	}
-	err := dispatch(ctx, reqs, opts.Speed, start, work)
+	err = dispatch(ctx, reqs, opts.Speed, start, work)
 	close(work)
 	wg.Wait()
 	if r.bar != nil {
 		_ = r.bar.Finish()
 	}
 
-	res := Result{HitsByTier: map[string]int64{}, BlockBytes: opts.BlockBytes, Layout: string(opts.Layout), Mount: opts.Mount}
+	res := Result{HitsByTier: map[string]int64{}, BlockBytes: opts.BlockBytes, Layout: string(opts.Layout),
+		Mount: strings.Join(mounts, ","), Spread: string(opts.Spread), HashBlocks: opts.HashBlocks, RetryMissingS: opts.RetryMissing.Seconds(),
+		Hosts: make([]HostResult, len(hosts))}
 	for _, t := range countedTiers() {
 		res.HitsByTier[t] = 0
 	}
 	var lat []int64
+	var total counts
+	for h := range hosts {
+		var c counts
+		for _, w := range workers {
+			c.add(w.cnt[h])
+		}
+		res.Hosts[h] = c.host(h, hosts[h].mount)
+		total.add(c)
+	}
+	res.setTotals(total)
 	for _, w := range workers {
-		res.Requests += w.res.Requests
-		res.RequestHits += w.res.RequestHits
-		res.Blocks += w.res.Blocks
-		res.BlockHits += w.res.BlockHits
-		res.BlockMisses += w.res.BlockMisses
-		res.BytesRead += w.res.BytesRead
-		res.BytesWritten += w.res.BytesWritten
-		res.VerifyFailures += w.res.VerifyFailures
-		res.WriteErrors += w.res.WriteErrors
-		for t, n := range w.res.HitsByTier {
+		for t, n := range w.tiers {
 			res.HitsByTier[t] += n
 		}
 		lat = append(lat, w.lat...)
@@ -198,31 +252,38 @@ func dispatch(ctx context.Context, reqs []Request, speed float64, start time.Tim
 // runner is the state shared by the workers of one Run.
 type runner struct {
 	opts     Options
+	hosts    []host
 	bar      *progressbar.ProgressBar
 	mu       sync.Mutex
-	inflight map[int64]chan struct{} // block id → closed when its writer is done
-	dirs     sync.Map                // directories known to exist
+	inflight map[claimKey]chan struct{} // closed when the block's writer is done
+	dirs     sync.Map                   // directories known to exist
 	logged   atomic.Int64
 	tmpSeq   atomic.Int64
 }
 
-// claim registers the caller as the writer of block id. It returns
+// claimKey names one block file: its id in one directory (host.dom).
+type claimKey struct {
+	dom int
+	id  int64
+}
+
+// claim registers the caller as the writer of block file k. It returns
 // (nil, true) when the caller now owns the write, or (ch, false) where ch
 // closes when the current writer is done.
-func (r *runner) claim(id int64) (<-chan struct{}, bool) {
+func (r *runner) claim(k claimKey) (<-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ch, ok := r.inflight[id]; ok {
+	if ch, ok := r.inflight[k]; ok {
 		return ch, false
 	}
-	r.inflight[id] = make(chan struct{})
+	r.inflight[k] = make(chan struct{})
 	return nil, true
 }
 
-func (r *runner) release(id int64) {
+func (r *runner) release(k claimKey) {
 	r.mu.Lock()
-	ch := r.inflight[id]
-	delete(r.inflight, id)
+	ch := r.inflight[k]
+	delete(r.inflight, k)
 	r.mu.Unlock()
 	close(ch)
 }
@@ -240,24 +301,27 @@ type worker struct {
 	id         int
 	rbuf, wbuf []byte
 	xbuf       []byte
-	res        Result
-	lat        []int64 // read latencies, ns
+	cnt        []counts         // by host
+	tiers      map[string]int64 // hits by tier, all hosts
+	lat        []int64          // read latencies, ns
 }
 
-func (w *worker) request(ctx context.Context, q *Request) {
-	w.res.Requests++
+// request replays q on host h.
+func (w *worker) request(ctx context.Context, h int, q *Request) {
+	c := &w.cnt[h]
+	c.requests++
 	allHit := true
 	for _, id := range q.HashIDs {
 		if ctx.Err() != nil {
 			return
 		}
-		w.res.Blocks++
-		if !w.block(ctx, id) {
+		c.blocks++
+		if !w.block(ctx, h, id) {
 			allHit = false
 		}
 	}
 	if allHit {
-		w.res.RequestHits++
+		c.requestHits++
 	}
 }
 
@@ -270,13 +334,16 @@ const (
 	readVanished
 )
 
-// block replays one block reference and reports whether it was a hit.
-func (w *worker) block(ctx context.Context, id int64) bool {
-	path := filepath.Join(w.r.opts.Mount, w.r.opts.Layout.RelPath(id))
+// block replays one block reference on host h and reports whether it was
+// a hit.
+func (w *worker) block(ctx context.Context, h int, id int64) bool {
+	path := filepath.Join(w.r.hosts[h].mount, w.r.opts.Layout.RelPath(id))
+	key := claimKey{dom: w.r.hosts[h].dom, id: id}
+	waited := false
 	for attempt := 0; ; attempt++ {
 		if attempt < 3 {
 			if _, err := os.Stat(path); err == nil {
-				switch w.read(path, id) {
+				switch w.read(h, path, id) {
 				case readHit:
 					return true
 				case readFailed:
@@ -285,7 +352,7 @@ func (w *worker) block(ctx context.Context, id int64) bool {
 				// vanished between stat and open: a miss
 			}
 		}
-		wait, mine := w.r.claim(id)
+		wait, mine := w.r.claim(key)
 		if !mine {
 			select {
 			case <-wait:
@@ -296,18 +363,63 @@ func (w *worker) block(ctx context.Context, id int64) bool {
 		}
 		if attempt < 3 {
 			if _, err := os.Stat(path); err == nil { // a writer finished just before our claim
-				w.r.release(id)
+				w.r.release(key)
 				continue
 			}
 		}
-		w.write(path, id)
-		w.r.release(id)
+		if w.r.opts.RetryMissing > 0 && !waited {
+			waited = true
+			found := w.awaitPeer(ctx, h, path, id)
+			if ctx.Err() != nil {
+				w.r.release(key)
+				return false
+			}
+			if found {
+				out := w.read(h, path, id)
+				if out != readVanished {
+					w.r.release(key)
+					if out == readHit {
+						w.cnt[h].retryHits++
+					}
+					return out == readHit
+				}
+			}
+		}
+		w.write(h, path, id)
+		w.r.release(key)
 		return false
 	}
 }
 
-// read handles a block whose file exists.
-func (w *worker) read(path string, id int64) readOutcome {
+// awaitPeer re-stats path every RetryPoll for up to opts.RetryMissing and
+// reports whether the file appeared; it returns false at once when ctx
+// ends. The time spent is added to host h's retry wait.
+func (w *worker) awaitPeer(ctx context.Context, h int, path string, id int64) bool {
+	if f := w.r.opts.afterMiss; f != nil {
+		f(h, id)
+	}
+	t0 := time.Now()
+	defer func() { w.cnt[h].retryWaitNs += time.Since(t0).Nanoseconds() }()
+	deadline := t0.Add(w.r.opts.RetryMissing)
+	tick := time.NewTicker(RetryPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+	}
+}
+
+// read handles a block whose file exists on host h.
+func (w *worker) read(h int, path string, id int64) readOutcome {
 	tier, err := fileTier(path, w.xbuf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return readVanished
@@ -332,13 +444,13 @@ func (w *worker) read(path string, id int64) readOutcome {
 			w.r.logf("replay: verification failure: wrong byte", "path", path, "block", id, "offset", off,
 				"got", w.rbuf[off], "want", Expected(id, off))
 		} else {
-			w.res.BlockHits++
-			w.res.BytesRead += int64(bb)
-			w.res.HitsByTier[tier]++
+			w.cnt[h].hits++
+			w.cnt[h].bytesRead += int64(bb)
+			w.tiers[tier]++
 			return readHit
 		}
 	}
-	w.res.VerifyFailures++
+	w.cnt[h].verifyFailures++
 	return readFailed
 }
 
@@ -367,13 +479,14 @@ func (w *worker) readFile(path string) (int, error) {
 	return n, err
 }
 
-// write stores a missing block through a unique temp file and rename.
-func (w *worker) write(path string, id int64) {
-	w.res.BlockMisses++
+// write stores a missing block on host h through a unique temp file and
+// rename.
+func (w *worker) write(h int, path string, id int64) {
+	w.cnt[h].misses++
 	dir := filepath.Dir(path)
 	if _, ok := w.r.dirs.Load(dir); !ok {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			w.writeErr(path, id, err)
+			w.writeErr(h, path, id, err)
 			return
 		}
 		w.r.dirs.Store(dir, true)
@@ -387,7 +500,7 @@ func (w *worker) write(path string, id int64) {
 		}
 	}
 	if err != nil {
-		w.writeErr(path, id, err)
+		w.writeErr(h, path, id, err)
 		return
 	}
 	_, err = f.Write(w.wbuf)
@@ -399,13 +512,13 @@ func (w *worker) write(path string, id int64) {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		w.writeErr(path, id, err)
+		w.writeErr(h, path, id, err)
 		return
 	}
-	w.res.BytesWritten += int64(len(w.wbuf))
+	w.cnt[h].bytesWritten += int64(len(w.wbuf))
 }
 
-func (w *worker) writeErr(path string, id int64, err error) {
-	w.res.WriteErrors++
+func (w *worker) writeErr(h int, path string, id int64, err error) {
+	w.cnt[h].writeErrors++
 	w.r.logf("replay: write error", "path", path, "block", id, "err", err)
 }

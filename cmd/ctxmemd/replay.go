@@ -21,10 +21,24 @@ func replayCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: "Trace: JSON lines {timestamp (ms), input_length, output_length, hash_ids}. Each block of each " +
 			"request is a file; a hit is read whole and checked against a pattern derived from its id, a miss is " +
-			"written through a temp file and rename. Exit status 4 when any block fails verification.",
+			"written through a temp file and rename. Exit status 4 when any block fails verification.\n\n" +
+			"Multi-host: give --mount once per host (each a different ctxmemd daemon's mount, same namespace layout). " +
+			"Request i (in timestamp order, from 0) goes to host i mod N with --spread rr (default), or to host " +
+			"hash(first K block ids) mod N with --spread hash --hash-blocks K (prefix-aware routing; K defaults to 1, but " +
+			"every Mooncake request starts with block 0, so use K >= 2 there). Each host reads and writes only its " +
+			"own mount: a block absent there is a miss there even if another host has it, unless a daemon shares it " +
+			"(G3.5). Block bytes depend only on the block id, so a shared file verifies on every host. The result " +
+			"adds one row per host.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines; required)"},
-			&cli.StringFlag{Name: "mount", Usage: "directory to replay into", DefaultText: "the configured mount"},
+			&cli.StringSliceFlag{Name: "mount", Usage: "directory to replay into; repeat for a multi-host replay (one mount per host)",
+				DefaultText: "the configured mount", KeepSpace: true},
+			&cli.StringFlag{Name: "spread", Usage: "with several mounts, route request i to host i mod N (rr) or hash(first --hash-blocks block ids) mod N (hash)",
+				Value: string(replay.SpreadRR)},
+			&cli.IntFlag{Name: "hash-blocks", Usage: "--spread hash hashes the first N block ids (the Mooncake trace starts every request with block 0: use 2 or more)",
+				Value: 1},
+			&cli.DurationFlag{Name: "retry-missing", Usage: "on a miss, re-stat the file every 10ms for up to this long before writing it " +
+				"(a block a peer shares meanwhile counts as a retry hit); 0 = off"},
 			&cli.Float64Flag{Name: "speed", Usage: "time scale: 0 ignores timestamps, 1 real time, 10 ten times faster", Value: 0},
 			&cli.IntFlag{Name: "requests", Usage: "replay only the first N requests (0 = all)"},
 			&cli.IntFlag{Name: "concurrency", Usage: "requests in flight", Value: replay.DefaultConcurrency},
@@ -50,23 +64,29 @@ func replayAction(c *cli.Context) error {
 	if err != nil || bb < 1 || bb > 1<<30 {
 		return withCode(exitUsage, fmt.Errorf("--block-bytes %q: want a size from 1 B to 1 GiB (%v)", c.String("block-bytes"), err))
 	}
-	if c.Int("concurrency") < 1 || c.Float64("speed") < 0 || c.Int("requests") < 0 {
-		return withCode(exitUsage, errors.New("--concurrency must be >= 1, --speed and --requests >= 0"))
+	if c.Int("concurrency") < 1 || c.Float64("speed") < 0 || c.Int("requests") < 0 || c.Duration("retry-missing") < 0 ||
+		c.Int("hash-blocks") < 1 {
+		return withCode(exitUsage, errors.New("--concurrency and --hash-blocks must be >= 1, --speed, --requests and --retry-missing >= 0"))
 	}
-	mount := c.String("mount")
-	if mount == "" {
+	spread, err := replay.ParseSpread(c.String("spread"))
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	mounts := c.StringSlice("mount")
+	if len(mounts) == 0 || len(mounts) == 1 && mounts[0] == "" { // as the single --mount did: "" is the default
 		cfg, err := config.FromCLI(c)
 		if err != nil {
 			return withCode(exitUsage, fmt.Errorf("no --mount given and the configuration does not load: %w", err))
 		}
-		mount = cfg.Mount
+		mounts = []string{cfg.Mount}
 	}
 	reqs, err := replay.LoadTrace(c.String("trace"), c.Int("requests"))
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
 	opts := replay.Options{
-		Mount: mount, Layout: layout, BlockBytes: int(bb), Concurrency: c.Int("concurrency"),
+		Mounts: mounts, Spread: spread, HashBlocks: c.Int("hash-blocks"), RetryMissing: c.Duration("retry-missing"),
+		Layout: layout, BlockBytes: int(bb), Concurrency: c.Int("concurrency"),
 		Speed: c.Float64("speed"), FailureLogs: max(c.Int("log-failures"), 1),
 		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, nil)),
 	}
