@@ -45,6 +45,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	t.mu.RLock()
 	c := d.n.dir.get(name)
 	t.mu.RUnlock()
+	if c == nil && d.n.ns != nil && d.fsys.opts.Remote != nil {
+		var e syscall.Errno
+		if c, e = d.lookupRemote(name, out); e != 0 { // shared by another host?
+			return nil, e
+		}
+	}
 	if c == nil {
 		// go-fuse turns ENOENT into a cached negative entry
 		// (fs.Options.NegativeTimeout).

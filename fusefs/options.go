@@ -149,6 +149,12 @@ type Options struct {
 	CommitInterval time.Duration
 	// Debug logs every FUSE request (go-fuse debug output).
 	Debug bool
+	// Remote, when set, resolves names a namespace does not hold locally:
+	// a lookup of a missing name inside a namespace asks it and links
+	// what it shares as a local directory or file (see Remote). Failed
+	// lookups inside namespaces are then never cached by the kernel
+	// (NegativeTimeout applies to the mount root only). nil: off.
+	Remote Remote
 
 	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for
 	// every directory read instead of only when stat calls follow.
