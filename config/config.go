@@ -130,6 +130,14 @@ type Config struct {
 	// SinkGrace is how long a cold private object stays idle before the
 	// scheduler sinks it to G4.
 	SinkGrace time.Duration
+	// Pool is the G3.5 shared pool device or file ("" = none, unless
+	// PoolTargets attach one).
+	Pool string
+	// PoolLeaseTTL is the lifetime of a pool extent lease.
+	PoolLeaseTTL time.Duration
+	// PoolTargets are NVMe-oF targets to attach at start (YAML only); the
+	// first namespace found becomes the pool when Pool is empty.
+	PoolTargets []PoolTarget
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
 	// Namespaces are the declared namespaces (YAML only).
@@ -175,6 +183,15 @@ type Namespace struct {
 	// Identity: two hosts share a block only when all of these match.
 	ModelID, ModelRevision, TokenizerRevision string
 	KVDtype, LayoutVersion, Tenant            string
+}
+
+// PoolTarget is one NVMe-oF target of the pool_targets: list.
+type PoolTarget struct {
+	Transport string // tcp or rdma
+	Address   string // IP address
+	ServiceID string // port, default 4420
+	NQN       string // subsystem NQN
+	HostNQN   string // this host's NQN ("" = the kernel's default)
 }
 
 // Export is one NBD export declared in the YAML exports: list. Its bytes

@@ -322,7 +322,7 @@ func TestMarkdownTable(t *testing.T) {
 	md := MarkdownTable()
 	lines := strings.Split(strings.TrimSuffix(md, "\n"), "\n")
 	opts := Options()
-	if len(lines) != len(opts)+4 { // header, rule, config row, options, namespaces
+	if len(lines) != len(opts)+5 { // header, rule, config row, options, namespaces, pool_targets
 		t.Fatalf("%d lines for %d options:\n%s", len(lines), len(opts), md)
 	}
 	for i, o := range opts {

@@ -144,6 +144,10 @@ func table() []Option {
 			setDuration(func(c *Config) *time.Duration { return &c.ReportInterval }), getDuration(func(c *Config) *time.Duration { return &c.ReportInterval })),
 		opt("sink_grace", "5m", "scheduler: how long a cold private object stays idle before it is sunk to G4",
 			setDuration(func(c *Config) *time.Duration { return &c.SinkGrace }), getDuration(func(c *Config) *time.Duration { return &c.SinkGrace })),
+		opt("pool", "", "G3.5 shared pool: an attached NVMe-oF namespace (block device) or a file every host opens; empty disables G3.5 (see pool_targets)",
+			setString(func(c *Config) *string { return &c.Pool }), getString(func(c *Config) *string { return &c.Pool })),
+		opt("pool_lease_ttl", "30s", "lifetime of a pool extent lease (renewed at a third of it); a crashed host's extents are reclaimable after it",
+			setDuration(func(c *Config) *time.Duration { return &c.PoolLeaseTTL }), getDuration(func(c *Config) *time.Duration { return &c.PoolLeaseTTL })),
 		opt("log_level", "info", "log level: debug, info, warn or error",
 			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),
 	}

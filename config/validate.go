@@ -85,6 +85,12 @@ func (c Config) Validate() error {
 	default:
 		bad("scheduler", "%q: want auto, on or off", c.Scheduler)
 	}
+	if (c.Pool != "" || len(c.PoolTargets) > 0) && !c.ControlPlane() {
+		bad("pool", "the shared pool needs the control plane (extent leases and the shared index live on the bus); nats is none")
+	}
+	if c.PoolLeaseTTL < 3*time.Second {
+		bad("pool_lease_ttl", "%s is too short (at least 3s)", c.PoolLeaseTTL)
+	}
 	if c.ReportInterval < 100*time.Millisecond {
 		bad("report_interval", "%s is too short (at least 100ms)", c.ReportInterval)
 	}

@@ -39,7 +39,7 @@ func applyYAML(c *Config, file string, data []byte) error {
 	for _, o := range opts {
 		keys = append(keys, o.Key)
 	}
-	keys = append(keys, "namespaces", "exports")
+	keys = append(keys, "namespaces", "exports", "pool_targets")
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -48,6 +48,14 @@ func applyYAML(c *Config, file string, data []byte) error {
 			return fmt.Errorf("config: %s line %d: key %q given twice", file, k.Line, key)
 		}
 		seen[key] = true
+		if key == "pool_targets" {
+			pt, err := parsePoolTargets(file, v)
+			if err != nil {
+				return err
+			}
+			c.PoolTargets = pt
+			continue
+		}
 		if key == "exports" {
 			ex, err := parseExports(file, v)
 			if err != nil {
@@ -303,6 +311,54 @@ func parseExports(file string, n *yaml.Node) ([]Export, error) {
 		}
 		seen[ex.Name] = true
 		out = append(out, ex)
+	}
+	return out, nil
+}
+
+// poolTargetKeys are the keys a pool_targets: entry may have.
+func poolTargetKeys() []string {
+	return []string{"transport", "address", "service_id", "nqn", "host_nqn"}
+}
+
+// parsePoolTargets decodes the pool_targets: list (NVMe-oF targets).
+func parsePoolTargets(file string, n *yaml.Node) ([]PoolTarget, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("config: %s line %d: pool_targets must be a list", file, n.Line)
+	}
+	var out []PoolTarget
+	for _, e := range n.Content {
+		if e.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("config: %s line %d: each pool target must be a mapping (transport, address, nqn, ...)", file, e.Line)
+		}
+		t := PoolTarget{Transport: "tcp", ServiceID: "4420"}
+		for i := 0; i+1 < len(e.Content); i += 2 {
+			k, v := e.Content[i], e.Content[i+1]
+			val, err := scalar(v)
+			if err != nil {
+				return nil, fmt.Errorf("config: %s line %d: pool_targets.%s: %v", file, v.Line, k.Value, err)
+			}
+			switch k.Value {
+			case "transport":
+				t.Transport = val
+			case "address":
+				t.Address = val
+			case "service_id":
+				t.ServiceID = val
+			case "nqn":
+				t.NQN = val
+			case "host_nqn":
+				t.HostNQN = val
+			default:
+				return nil, unknownKey(file, k.Line, k.Value, " in a pool target", poolTargetKeys())
+			}
+		}
+		if t.Address == "" || t.NQN == "" {
+			return nil, fmt.Errorf("config: %s line %d: a pool target needs an address and an nqn", file, e.Line)
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }

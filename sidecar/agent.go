@@ -71,6 +71,8 @@ type Config struct {
 	ApplyKnobs func(msg.Knobs) error
 	// Knobs returns the current knobs for reports; nil reports none.
 	Knobs func() msg.Knobs
+	// Sharing is the shared pool (G3.5), or nil.
+	Sharing *Sharing
 	// Log receives the agent's logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -88,7 +90,9 @@ type Agent struct {
 
 	evMu    sync.Mutex
 	pending []pendingEvent // stored/removed events not yet published
+	wanted  [][2]string    // (namespace, path) looked up here and found nowhere
 	evDrop  int64
+	sh      *shareState
 
 	seenMu sync.Mutex
 	seen   map[string]struct{} // command ids applied by this process
@@ -152,7 +156,7 @@ func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log.With("component", "sidecar"), store: store, files: files, rank: rank,
 		boot: time.Now().UnixNano(), out: newOutbox(cfg.BufferBytes), seen: make(map[string]struct{}),
-		flushNow: make(chan struct{}, 1)}
+		flushNow: make(chan struct{}, 1), sh: newShareState()}
 	for _, o := range store.Objects() {
 		rank.Touch(o.ID, o.Created)
 	}
@@ -200,6 +204,11 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 	cmds := make(chan jetstream.Msg, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.withdrawLoop(ctx)
+	}()
 	for i := 0; i < a.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {

@@ -180,7 +180,16 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 		a.needResync.Store(true) // Run publishes the inventory
 		a.kick()
 		return msg.AckOK, 0, 0, ""
-	case msg.OpSink, msg.OpDemote, msg.OpPromote, msg.OpPrestage, msg.OpPin, msg.OpUnpin:
+	case msg.OpReclaim:
+		n, err := a.reclaim(ctx, cmd.Extent)
+		switch {
+		case errors.Is(err, tiering.ErrNotExist):
+			return msg.AckNotFound, 0, 0, err.Error()
+		case errors.Is(err, tiering.ErrInvalid):
+			return msg.AckRefused, 0, 0, err.Error()
+		}
+		return statusOf(err), n, 0, errString(err)
+	case msg.OpSink, msg.OpDemote, msg.OpPromote, msg.OpPrestage, msg.OpPin, msg.OpUnpin, msg.OpShare:
 	default:
 		return msg.AckRefused, 0, 0, fmt.Sprintf("unknown op %q", cmd.Op)
 	}
@@ -213,6 +222,8 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 		if err != nil && ctx.Err() != nil {
 			return msg.AckExpired, blocks, where(after), "deadline passed: prestage abandoned"
 		}
+	case msg.OpShare:
+		blocks, err = a.share(ctx, id)
 	case msg.OpPin:
 		err = a.store.SetPinned(id, true)
 	case msg.OpUnpin:

@@ -47,7 +47,7 @@ func (a *Agent) BuildReport(now time.Time) *msg.Report {
 	st := a.store.Stats()
 	r := &msg.Report{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano(),
 		Interval: a.cfg.Interval.Milliseconds(), Tiers: tiers(a.store.Occupancy()), Hits: hits(st),
-		Objects: st.Objects, Namespaces: a.cfg.Namespaces, Histogram: a.rank.Histogram(now)}
+		Objects: st.Objects, Namespaces: a.cfg.Namespaces, Histogram: a.rank.Histogram(now), Pool: a.poolReport()}
 	if a.cfg.Knobs != nil {
 		r.Knobs = a.cfg.Knobs()
 	}
@@ -127,13 +127,14 @@ const eventBatch = 1000
 func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 	a.evMu.Lock()
 	pend := a.pending
-	a.pending = nil
+	wanted := a.wanted
+	a.pending, a.wanted = nil, nil
 	a.evMu.Unlock()
 	var out []*msg.Events
 	var cur *msg.Events
 	for _, p := range pend {
 		ev := msg.Event{Kind: p.kind, ID: uint64(p.id)}
-		if p.kind == msg.EvStored || p.kind == msg.EvMoved {
+		if p.kind == msg.EvStored || p.kind == msg.EvMoved || p.kind == msg.EvShared || p.kind == msg.EvImported {
 			ns, path, ok := a.files.Path(p.id)
 			if !ok {
 				continue // removed already, or no name yet: the next resync has it
@@ -148,6 +149,13 @@ func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 			out = append(out, cur)
 		}
 		cur.Events = append(cur.Events, ev)
+	}
+	for _, w := range wanted {
+		if cur == nil || len(cur.Events) == eventBatch {
+			cur = &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()}
+			out = append(out, cur)
+		}
+		cur.Events = append(cur.Events, msg.Event{Kind: msg.EvWanted, Namespace: w[0], Path: w[1]})
 	}
 	return out
 }

@@ -58,7 +58,7 @@ func (s *Store) evictOne(r bref) {
 		o.mu.Unlock()
 		return
 	}
-	if !b.inG3 && !b.inG4 {
+	if !b.inG3 && !b.inG4 && !b.inG35 {
 		// Cannot happen for a clean block; keep it rather than lose it.
 		o.mu.Unlock()
 		s.log.Error("clean G2 block without a lower copy", "object", r.id, "block", r.idx)

@@ -141,7 +141,7 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 		has bool
 		t   tier.Tier
 		ti  int
-	}{{b.inG3, s.g3, tiG3}, {b.inG4, s.g4, tiG4}} {
+	}{{b.inG3, s.g3, tiG3}, {b.inG35, s.g35, tiG35}, {b.inG4, s.g4, tiG4}} {
 		if !c.has || c.t == nil {
 			continue
 		}
@@ -349,6 +349,12 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 	}
 	copy(g.buf[boff:], data)
 	g.n = max(g.n, need)
+	if b.inG35 {
+		// The pool holds the old bytes under the same key: it is stale
+		// now (the G3.5 tier withdraws it from the shared index).
+		b.inG35 = false
+		s.gc(s.g35, o.key(r.idx))
+	}
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++

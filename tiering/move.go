@@ -207,12 +207,12 @@ func (s *Store) Demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 // Residency is where an object's blocks are, in blocks per tier (a block
 // counts in every tier holding a copy).
 type Residency struct {
-	Blocks     int // written blocks
-	G2, G3, G4 int
-	Pinned     bool
-	Kind       string
-	Namespace  string
-	Size       int64 // bytes
+	Blocks          int // written blocks
+	G2, G3, G35, G4 int
+	Pinned          bool
+	Kind            string
+	Namespace       string
+	Size            int64 // bytes
 }
 
 // Residency returns where the object's blocks are. It takes the object's
@@ -230,6 +230,9 @@ func (s *Store) Residency(id ObjectID) (Residency, error) {
 		}
 		if b.inG3 {
 			r.G3++
+		}
+		if b.inG35 {
+			r.G35++
 		}
 		if b.inG4 {
 			r.G4++

@@ -42,6 +42,7 @@ type g2block struct {
 type blockState struct {
 	g2     atomic.Pointer[g2block]
 	inG3   bool
+	inG35  bool // a copy is in the shared pool (Share, Import)
 	inG4   bool
 	dirty  bool
 	queued bool // waiting in the write-back queue

@@ -53,6 +53,10 @@ type Config struct {
 	// G4 is the object-storage tier; nil disables G4 (blocks that G3 cannot
 	// keep are then dropped and their objects lost).
 	G4 tier.Tier
+	// G35 is the shared pool tier (G3.5), or nil. Blocks get there only
+	// through Share (and Import on other hosts); write-back never targets
+	// it, so a pool in bypass costs nothing but cross-host hits.
+	G35 tier.Tier
 	// HeatHalfLife is the heat decay half-life (default 60 s).
 	HeatHalfLife time.Duration
 	// ColdThreshold is the heat score under which a block is cold
@@ -115,6 +119,7 @@ type Store struct {
 	meta *metaDB
 	g3   tier.Tier
 	g4   tier.Tier
+	g35  tier.Tier
 	pool *bufPool
 
 	mu      sync.RWMutex // guards objects, nextID, idLimit
@@ -180,7 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, pool: newBufPool(),
+		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, g35: cfg.G35, pool: newBufPool(),
 		objects:    make(map[ObjectID]*object),
 		space:      newSignal(),
 		needEvict:  newSignal(),
@@ -432,6 +437,9 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 	if b.inG3 {
 		s.gc(s.g3, k)
 	}
+	if b.inG35 {
+		s.gc(s.g35, k)
+	}
 	if b.inG4 {
 		s.gc(s.g4, k)
 	}
@@ -610,6 +618,8 @@ func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
 			out[i] = TierG2
 		case b.inG3:
 			out[i] = TierG3
+		case b.inG35:
+			out[i] = TierG35
 		case b.inG4:
 			out[i] = TierG4
 		default:
@@ -646,7 +656,7 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 func (s *Store) Occupancy() []TierUsage {
 	out := []TierUsage{{Name: TierG2, UsedBytes: s.g2used.Load(), CapacityBytes: s.limits().Bytes,
 		Blocks: s.g2blocks.Load(), HighWatermark: s.limits().High, LowWatermark: s.limits().Low}}
-	for _, t := range []tier.Tier{s.g3, s.g4} {
+	for _, t := range []tier.Tier{s.g3, s.g35, s.g4} {
 		if t == nil {
 			continue
 		}

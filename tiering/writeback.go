@@ -341,7 +341,7 @@ func (s *Store) copyState(t tier.Tier, k tier.Key) int {
 	if b.wbBusy {
 		return copyBusy
 	}
-	if (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) {
+	if (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) || (t == s.g35 && b.inG35) {
 		return copyLive
 	}
 	return copyDead

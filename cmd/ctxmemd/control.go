@@ -45,10 +45,11 @@ func busLimits(cfg config.Config) bus.Limits {
 	return bus.Limits{HostTTL: max(10*time.Second, 5*cfg.ReportInterval).Round(time.Second)}
 }
 
-// startControl starts the control plane. An unreachable external NATS is
-// not an error: the connection keeps retrying and the host serves
-// meanwhile. An embedded server that cannot start (port in use) is.
-func (d *daemon) startControl(ctx context.Context) error {
+// openBus starts the embedded NATS server (when no URL is configured) and
+// connects. An unreachable external NATS is not an error: the connection
+// keeps retrying and the host serves meanwhile. An embedded server that
+// cannot start (port in use) is.
+func (d *daemon) openBus() error {
 	cfg := d.cfg
 	c := &control{names: msg.For(cfg.Cluster)}
 	d.ctl = c
@@ -68,15 +69,29 @@ func (d *daemon) startControl(ctx context.Context) error {
 		return err
 	}
 	c.nc = nc
+	return nil
+}
+
+// startControl starts the sidecar and, when configured, a scheduler
+// replica, on the bus openBus connected.
+func (d *daemon) startControl(ctx context.Context) error {
+	cfg := d.cfg
+	c := d.ctl
+	nc := c.nc
+	var sharing *sidecar.Sharing
+	if d.pool != nil {
+		sharing = &sidecar.Sharing{Tier: d.pool.tier, Index: d.pool.index}
+	}
 	agent, err := sidecar.New(sidecar.Config{
 		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
 		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
-		ApplyKnobs: d.applyKnobs, Knobs: d.knobs,
+		ApplyKnobs: d.applyKnobs, Knobs: d.knobs, Sharing: sharing,
 	}, d.store, d.fuse)
 	if err != nil {
 		return err
 	}
 	c.agent = agent
+	d.agentRef.Store(agent)
 	lim := busLimits(cfg)
 	d.goroutine(ctx, "sidecar", func(ctx context.Context) error { return agent.Run(ctx, nc, lim) })
 	if cfg.RunsScheduler() {

@@ -114,6 +114,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		nbdCommand(),
 		schedulerCommand(),
 		prestageCommand(),
+		poolCommand(),
 		versionCommand(),
 		manCommand(),
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ctxmem/ctxmemd/metrics"
 	"github.com/ctxmem/ctxmemd/nbd"
 	"github.com/ctxmem/ctxmemd/service"
+	"github.com/ctxmem/ctxmemd/sidecar"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
@@ -46,7 +47,11 @@ type daemon struct {
 	fuse    *fusefs.Server
 	link    *fabric.LinkWatcher
 	ctl     *control
-	start   time.Time
+	pool    *poolState
+	// agentRef is the sidecar once it runs (hooks created before it,
+	// such as the pool tier's and the mount's, reach it through this).
+	agentRef atomic.Pointer[sidecar.Agent]
+	start    time.Time
 
 	wg   sync.WaitGroup
 	errs chan error // fatal errors of owned goroutines
@@ -135,7 +140,18 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 func (d *daemon) open(ctx context.Context) error {
 	cfg := d.cfg
 	var storeRef atomic.Pointer[tiering.Store]
-	var t3, t4 tier.Tier
+	var t3, t4, t35 tier.Tier
+	if cfg.ControlPlane() {
+		if err := d.openBus(); err != nil {
+			return fmt.Errorf("control bus: %w", err)
+		}
+	}
+	if cfg.Pool != "" || len(cfg.PoolTargets) > 0 {
+		if err := d.openPool(ctx); err != nil {
+			return err
+		}
+		t35 = d.pool.tier
+	}
 	if cfg.G3Size > 0 {
 		s, err := g3.Open(g3.Options{
 			Dir: cfg.G3Dir, SegmentBytes: cfg.G3SegmentSize, CapacityBytes: cfg.G3Size,
@@ -172,7 +188,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, G3: t3, G3High: cfg.G3High, G4: t4,
+		DirtyBytes: cfg.DirtyBytes, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
 		Logger: d.log.With("component", "tiering"),
 	})
@@ -185,6 +201,7 @@ func (d *daemon) open(ctx context.Context) error {
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
 		Namespaces: fuseNamespaces(cfg),
 		TreePath:   filepath.Join(cfg.DataDir, "tree.db"),
+		Remote:     d.remote(),
 		Logger:     d.log.With("component", "fuse"),
 	})
 	if err != nil {
@@ -197,18 +214,22 @@ func (d *daemon) open(ctx context.Context) error {
 			return err
 		}
 	}
-	if cfg.Link != "" {
-		w, err := fabric.WatchLink(cfg.Link, fabric.OnChange(func(s fabric.LinkState) {
+	if link := d.poolLink(ctx); link != "" {
+		w, err := fabric.WatchLink(link, fabric.OnChange(func(s fabric.LinkState) {
 			d.log.Warn("link state changed", "link", s.Name, "up", s.Up, "oper_state", s.OperState)
+			d.linkChanged(s)
 		}))
 		if err != nil {
-			return fmt.Errorf("link %s: %w", cfg.Link, err)
+			return fmt.Errorf("link %s: %w", link, err)
+		}
+		if st := w.State(); !st.Up {
+			d.linkChanged(st)
 		}
 		d.link = w
 		d.goroutine(ctx, "link-watch", w.Run)
 	}
 
-	if cfg.ControlPlane() {
+	if d.ctl != nil {
 		if err := d.startControl(ctx); err != nil {
 			return fmt.Errorf("control plane: %w", err)
 		}
@@ -355,6 +376,16 @@ func (d *daemon) close() error {
 		if err := d.g4.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if d.pool != nil {
+		if d.pool.tier != nil {
+			if err := d.pool.tier.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d.closePool(ctx)
+		cancel()
 	}
 	return errors.Join(errs...)
 }

@@ -99,6 +99,25 @@ type Report struct {
 	// was full while NATS was unreachable) since it started.
 	DroppedMessages int64    `msgpack:"dm,omitempty"`
 	Namespaces      []string `msgpack:"nss,omitempty"`
+	// Pool is the host's view of the shared pool (G3.5), when it has one.
+	Pool *Pool `msgpack:"pool,omitempty"`
+}
+
+// Pool is a host's share of the G3.5 pool in a report.
+type Pool struct {
+	Extents    uint32 `msgpack:"n"`  // extents in the pool
+	ExtentSize int64  `msgpack:"sz"` // bytes
+	Bypass     bool   `msgpack:"by,omitempty"`
+	// Held are the extents this host holds a lease on.
+	Held []uint32 `msgpack:"h,omitempty"`
+	// LastUse is, per extent this host wrote or read, the unix ns of its
+	// last use here.
+	LastUse map[uint32]int64 `msgpack:"u,omitempty"`
+	// Imports and Shares count files imported from / published to the
+	// pool since start; ImportNs is the total time spent importing.
+	Imports  int64 `msgpack:"im,omitempty"`
+	Shares   int64 `msgpack:"sh,omitempty"`
+	ImportNs int64 `msgpack:"in,omitempty"`
 }
 
 // Event kinds.
@@ -107,6 +126,15 @@ const (
 	EvRemoved = "removed" // object deleted or lost
 	EvRead    = "read"    // object read during the interval
 	EvMoved   = "moved"   // a command moved the object's blocks (Where is the result)
+	// EvWanted: a lookup of Namespace/Path on this host found nothing,
+	// locally or in the shared pool: the scheduler asks a host that holds
+	// the name to share it (G3.5).
+	EvWanted = "wanted"
+	// EvShared: the host published the object to the shared pool index.
+	EvShared = "shared"
+	// EvImported: the host made a file another host shared available
+	// locally (its blocks read from the pool).
+	EvImported = "imported"
 )
 
 // Event is one object event.
@@ -144,6 +172,8 @@ const (
 	OpDropNamespace = "drop_namespace" // remove every file of Namespace
 	OpSetKnobs      = "set_knobs"      // apply Knobs
 	OpResync        = "resync"         // publish the full inventory as Events{Resync}
+	OpShare         = "share"          // copy the object into the shared pool (G3.5) and publish it
+	OpReclaim       = "reclaim_extent" // withdraw the host's records in Extent and release its lease
 )
 
 // Command is a scheduler's order to one host, published on
@@ -164,9 +194,11 @@ type Command struct {
 	// acknowledged "expired".
 	Deadline int64  `msgpack:"dl,omitempty"`
 	Knobs    *Knobs `msgpack:"k,omitempty"`
-	Issued   int64  `msgpack:"t"`
-	Issuer   string `msgpack:"by,omitempty"` // scheduler replica id
-	Reason   string `msgpack:"why,omitempty"`
+	// Extent is the pool extent of a reclaim_extent command.
+	Extent uint32 `msgpack:"x,omitempty"`
+	Issued int64  `msgpack:"t"`
+	Issuer string `msgpack:"by,omitempty"` // scheduler replica id
+	Reason string `msgpack:"why,omitempty"`
 }
 
 // Ack statuses.

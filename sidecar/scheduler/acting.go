@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +42,8 @@ func (s *Scheduler) startActing(ctx context.Context, res *bus.Resources, nc *nat
 	s.view = map[objKey]map[string]uint64{}
 	s.sent = map[string]time.Time{}
 	s.waits = map[string]chan msg.Ack{}
+	s.shared = map[objKey]string{}
+	s.dirs = map[objKey]map[objKey]struct{}{}
 	s.mu.Unlock()
 	cons, err := res.JS.CreateOrUpdateConsumer(ctx, names.Telemetry(), jetstream.ConsumerConfig{
 		Durable: names.SchedulerConsumer(), AckPolicy: jetstream.AckExplicitPolicy,
@@ -136,7 +140,7 @@ func (s *Scheduler) forgetHostLocked(host string) {
 		if m := s.view[k]; m != nil {
 			delete(m, host)
 			if len(m) == 0 {
-				delete(s.view, k)
+				s.dropViewLocked(k)
 			}
 		}
 	}
@@ -193,7 +197,9 @@ func (s *Scheduler) telemetry(ctx context.Context, res *bus.Resources, m jetstre
 			s.malformed(m, err)
 			return
 		}
-		s.onEvents(&e)
+		for _, c := range s.onEvents(&e) {
+			s.send(ctx, res, c)
+		}
 	case "ack":
 		var a msg.Ack
 		if err := msg.Decode(m.Data(), &a); err != nil {
@@ -229,14 +235,26 @@ func (s *Scheduler) hostLocked(host string, boot int64) *hostView {
 	return hv
 }
 
-func (s *Scheduler) onEvents(e *msg.Events) {
+// onEvents updates the view from an event batch and returns the commands
+// it calls for (share requests for wanted names).
+func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var cmds []*msg.Command
 	s.stats.Events += int64(len(e.Events))
 	hv := s.hostLocked(e.Host, e.Boot)
 	for _, ev := range e.Events {
 		switch ev.Kind {
-		case msg.EvStored, msg.EvMoved:
+		case msg.EvWanted:
+			cmds = append(cmds, s.wantedLocked(e.Host, objKey{ev.Namespace, ev.Path})...)
+			continue
+		case msg.EvShared:
+			if ev.Path != "" {
+				s.shared[objKey{ev.Namespace, ev.Path}] = e.Host
+			}
+		}
+		switch ev.Kind {
+		case msg.EvStored, msg.EvMoved, msg.EvShared, msg.EvImported:
 			if ev.Path == "" {
 				continue
 			}
@@ -248,26 +266,121 @@ func (s *Scheduler) onEvents(e *msg.Events) {
 			m := s.view[k]
 			if m == nil {
 				m = map[string]uint64{}
-				s.view[k] = m
+				s.addViewLocked(k, m)
 			}
 			m[e.Host] = ev.ID
 		case msg.EvRemoved:
 			if k, ok := hv.byID[ev.ID]; ok {
 				delete(hv.byID, ev.ID)
 				s.unviewLocked(e.Host, k)
+				if s.shared[k] == e.Host {
+					delete(s.shared, k)
+				}
 			}
 		}
 	}
 	if e.Resync && e.Last {
 		hv.synced = true
 	}
+	return cmds
+}
+
+// addViewLocked adds a new name to the global view and to the directory
+// index. s.mu held.
+func (s *Scheduler) addViewLocked(k objKey, m map[string]uint64) {
+	s.view[k] = m
+	for d := parentDir(k.path); d != ""; d = parentDir(d) {
+		dk := objKey{k.ns, d}
+		set := s.dirs[dk]
+		if set == nil {
+			set = map[objKey]struct{}{}
+			s.dirs[dk] = set
+		}
+		set[k] = struct{}{}
+	}
+}
+
+// dropViewLocked removes a name no host holds any more. s.mu held.
+func (s *Scheduler) dropViewLocked(k objKey) {
+	delete(s.view, k)
+	for d := parentDir(k.path); d != ""; d = parentDir(d) {
+		dk := objKey{k.ns, d}
+		if set := s.dirs[dk]; set != nil {
+			delete(set, k)
+			if len(set) == 0 {
+				delete(s.dirs, dk)
+			}
+		}
+	}
+}
+
+// parentDir returns "a/b" for "a/b/c", "" for "c".
+func parentDir(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// maxSharePerWant bounds the share commands one wanted directory causes.
+const maxSharePerWant = 256
+
+// wantedLocked handles host's failed lookup of k: when another host holds
+// k privately, that host is told to share it (G3.5), so the wanting host
+// (and every later one) reads it from the pool instead of recomputing.
+func (s *Scheduler) wantedLocked(host string, k objKey) []*msg.Command {
+	s.stats.Wanted++
+	if _, isFile := s.view[k]; !isFile {
+		// A directory (a session) this host does not have: share the
+		// files under it that other hosts hold.
+		var out []*msg.Command
+		for f := range s.dirs[k] {
+			if len(out) >= maxSharePerWant {
+				break
+			}
+			if c := s.wantFileLocked(host, f); c != nil {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	if c := s.wantFileLocked(host, k); c != nil {
+		return []*msg.Command{c}
+	}
+	return nil
+}
+
+// wantFileLocked returns the share command for file k wanted by host, or
+// nil when it is shared already or no other host holds it. s.mu held.
+func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
+	if _, done := s.shared[k]; done {
+		return nil
+	}
+	var holders []string
+	for h := range s.view[k] {
+		if h != host {
+			holders = append(holders, h)
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	sort.Strings(holders)
+	h := holders[0]
+	hv := s.hosts[h]
+	if hv == nil || hv.last == nil || hv.last.Pool == nil || hv.last.Pool.Bypass {
+		return nil // the holder has no usable pool
+	}
+	id := s.view[k][h]
+	return &msg.Command{ID: msg.CommandID(msg.OpShare, h, hv.boot, id), Host: h, Op: msg.OpShare,
+		Namespace: k.ns, Path: k.path, Object: id, Boot: hv.boot, Reason: "wanted by " + host}
 }
 
 func (s *Scheduler) unviewLocked(host string, k objKey) {
 	if m := s.view[k]; m != nil {
 		delete(m, host)
 		if len(m) == 0 {
-			delete(s.view, k)
+			s.dropViewLocked(k)
 		}
 	}
 }

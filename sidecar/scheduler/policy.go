@@ -23,7 +23,7 @@ func (s *Scheduler) onReport(ctx context.Context, res *bus.Resources, r *msg.Rep
 		m := s.view[k]
 		if m == nil {
 			m = map[string]uint64{}
-			s.view[k] = m
+			s.addViewLocked(k, m)
 		}
 		m[r.Host] = o.ID
 	}
@@ -32,6 +32,9 @@ func (s *Scheduler) onReport(ctx context.Context, res *bus.Resources, r *msg.Rep
 	// updates the view, but is too old to decide on.
 	if age := time.Since(time.Unix(0, r.Time)); age < staleReport+2*time.Duration(r.Interval)*time.Millisecond {
 		cmds = s.decideLocked(r)
+		if r.Pool != nil {
+			cmds = append(cmds, s.poolLocked(time.Now())...)
+		}
 	}
 	s.mu.Unlock()
 	for _, c := range cmds {

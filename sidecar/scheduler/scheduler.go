@@ -51,6 +51,10 @@ type Config struct {
 	// MaxCommandsPerReport bounds the commands one report triggers
 	// (default 64).
 	MaxCommandsPerReport int
+	// PoolHigh and PoolLow are the shared pool's watermarks, fractions of
+	// its extents (defaults 0.90 and 0.75): above PoolHigh leased, the
+	// least recently used extents are reclaimed down to PoolLow.
+	PoolHigh, PoolLow float64
 	// Limits size the JetStream resources (see bus.Limits).
 	Limits bus.Limits
 	// Log receives the scheduler's logs (default slog.Default()).
@@ -82,6 +86,15 @@ func (c *Config) fill() error {
 	if c.MaxCommandsPerReport == 0 {
 		c.MaxCommandsPerReport = 64
 	}
+	if c.PoolHigh == 0 {
+		c.PoolHigh = 0.90
+	}
+	if c.PoolLow == 0 {
+		c.PoolLow = 0.75
+	}
+	if !(c.PoolLow > 0 && c.PoolLow < c.PoolHigh && c.PoolHigh <= 1) {
+		return fmt.Errorf("scheduler pool watermarks %v/%v: want 0 < low < high <= 1", c.PoolLow, c.PoolHigh)
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -96,9 +109,11 @@ type Scheduler struct {
 	leader atomic.Bool
 	mu     sync.Mutex // guards the leader's state below
 	hosts  map[string]*hostView
-	view   map[objKey]map[string]uint64 // global view: (namespace, path) → host → object id
-	sent   map[string]time.Time         // command id → when sent, until acked
-	waits  map[string]chan msg.Ack      // command id → waiter (requests)
+	view   map[objKey]map[string]uint64   // global view: (namespace, path) → host → object id
+	sent   map[string]time.Time           // command id → when sent, until acked
+	waits  map[string]chan msg.Ack        // command id → waiter (requests)
+	shared map[objKey]string              // names published to the pool → owner host
+	dirs   map[objKey]map[objKey]struct{} // directory → names under it (any depth) in view
 	res    *bus.Resources
 	stats  Stats
 }
@@ -127,6 +142,10 @@ type Stats struct {
 	Leaderships  int64            `json:"leaderships"` // times this replica became leader
 	PendingCmds  int              `json:"pending_commands"`
 	PrestageReqs int64            `json:"prestage_requests"`
+	Wanted       int64            `json:"wanted"`         // failed lookups reported by hosts
+	Shared       int              `json:"shared_objects"` // names known to be in the pool
+	PoolHeld     int              `json:"pool_extents_held"`
+	PoolExtents  int              `json:"pool_extents"`
 }
 
 // New validates cfg and returns a replica.
@@ -155,6 +174,8 @@ func (s *Scheduler) Stats() Stats {
 	st.Hosts = len(s.hosts)
 	st.ViewObjects = len(s.view)
 	st.PendingCmds = len(s.sent)
+	st.Shared = len(s.shared)
+	st.PoolHeld, st.PoolExtents = s.poolUseLocked()
 	return st
 }
 

@@ -27,6 +27,11 @@ type Options struct {
 	// MountTimeout bounds the wait for a live mount on each start;
 	// default 20 s.
 	MountTimeout time.Duration
+	// Wrap prefixes the command line (e.g. nsenter --net=/var/run/netns/x
+	// --), so the daemon runs in another network namespace while its
+	// mount stays visible to the test. The wrapper must exec the daemon
+	// (same pid), as nsenter does without --fork.
+	Wrap []string
 }
 
 // Daemon is one ctxmemd daemon under test: a mount point, a data directory
@@ -132,6 +137,9 @@ func (d *Daemon) start() {
 	fmt.Fprintf(logf, "=== harness: start %d at %s: %s %s\n", d.starts, time.Now().Format(time.RFC3339Nano), d.bin,
 		strings.Join(d.Args(), " "))
 	cmd := exec.Command(d.bin, d.Args()...)
+	if len(d.opts.Wrap) > 0 {
+		cmd = exec.Command(d.opts.Wrap[0], append(append(d.opts.Wrap[1:len(d.opts.Wrap):len(d.opts.Wrap)], d.bin), d.Args()...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "CTXMEM_CONFIG="+d.Config)
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxmem/ctxmemd/fabric"
+	"github.com/ctxmem/ctxmemd/fabric/g35"
+	"github.com/ctxmem/ctxmemd/fabric/pool"
+	"github.com/ctxmem/ctxmemd/fabric/poolkv"
+	"github.com/ctxmem/ctxmemd/fusefs"
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// poolState is the daemon's G3.5 pool: the tier, the shared index, and
+// the NVMe-oF controllers it attached (detached at shutdown).
+type poolState struct {
+	tier     *g35.Tier
+	index    *poolkv.Index
+	path     string
+	attached []fabric.Controller
+	attacher fabric.Attacher
+}
+
+// openPool attaches the configured NVMe-oF targets, opens the pool device
+// or file, sets up extent leases and the shared index on the control bus
+// and returns the G3.5 tier. The bus must answer within 15 s.
+func (d *daemon) openPool(ctx context.Context) error {
+	cfg := d.cfg
+	ps := &poolState{path: cfg.Pool}
+	d.pool = ps
+	for _, t := range cfg.PoolTargets {
+		port, _ := strconv.Atoi(t.ServiceID)
+		c, err := ps.attacher.Attach(ctx, fabric.Target{Transport: t.Transport, Addr: t.Address, SvcID: port, NQN: t.NQN, HostNQN: t.HostNQN})
+		if err != nil {
+			return fmt.Errorf("pool target %s %s: %w", t.Address, t.NQN, err)
+		}
+		ps.attached = append(ps.attached, c)
+		if ps.path == "" && len(c.Namespaces) > 0 {
+			ps.path = c.Namespaces[0].Dev
+		}
+		d.log.Info("pool target attached", "nqn", t.NQN, "controller", c.Name, "namespaces", len(c.Namespaces))
+	}
+	if ps.path == "" {
+		return fmt.Errorf("pool: no device: set pool, or pool_targets that expose a namespace")
+	}
+	p, err := pool.Open(ps.path, pool.OpenOptions{})
+	if err != nil {
+		return fmt.Errorf("open pool %s (format it with `ctxmemd pool format`): %w", ps.path, err)
+	}
+	sb := p.Superblock()
+	js, err := jetstream.New(d.ctl.nc)
+	if err != nil {
+		p.Close()
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	kvLeases, kvIndex, err := poolkv.EnsureBuckets(bctx, js, cfg.Cluster, 1)
+	cancel()
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("pool: control bus buckets: %w", err)
+	}
+	leases := poolkv.NewLeases(kvLeases, sb.ExtentCount, cfg.Host, poolkv.LeaseOptions{TTL: cfg.PoolLeaseTTL})
+	w, err := pool.NewWriter(ctx, p, leases, pool.WriterOptions{Host: cfg.Host, OnLost: func(l pool.Lease) {
+		d.log.Warn("pool extent lease lost", "lease", l.String())
+	}})
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("pool writer: %w", err)
+	}
+	ps.index = poolkv.NewIndex(kvIndex, d.log.With("component", "pool-index"))
+	d.goroutine(ctx, "pool-index", ps.index.Run)
+	ps.tier = g35.New(p, w, g35.Options{
+		OnDelete: func(k tier.Key) {
+			if a := d.agentRef.Load(); a != nil {
+				a.Withdraw(k)
+			}
+		},
+		OnStale: func(k tier.Key, ref g35.Ref, err error) {
+			if a := d.agentRef.Load(); a != nil {
+				a.Stale(k, ref, err)
+			}
+		},
+	})
+	d.log.Info("G3.5 pool open", "path", ps.path, "pool", sb.UUID(), "extents", sb.ExtentCount,
+		"extent_size", sb.ExtentSize, "io", p.Mode())
+	return nil
+}
+
+// poolLink returns the interface to watch for the pool: the configured
+// link, else the one the kernel routes the first target's address through.
+func (d *daemon) poolLink(ctx context.Context) string {
+	if d.cfg.Link != "" || len(d.cfg.PoolTargets) == 0 {
+		return d.cfg.Link
+	}
+	ip := net.ParseIP(d.cfg.PoolTargets[0].Address)
+	if ip == nil {
+		return ""
+	}
+	name, _, err := fabric.RouteTo(ctx, ip)
+	if err != nil {
+		d.log.Warn("pool: no route to the first target; link not watched", "addr", ip, "err", err)
+		return ""
+	}
+	return name
+}
+
+// linkChanged puts the pool into bypass when its link goes down and takes
+// it out once the link is up and a read of the pool device succeeds.
+func (d *daemon) linkChanged(s fabric.LinkState) {
+	if d.pool == nil || d.pool.tier == nil {
+		return
+	}
+	if !s.Up {
+		d.pool.tier.SetBypass(true)
+		d.log.Warn("G3.5 pool in bypass: link down", "link", s.Name)
+		return
+	}
+	if err := probePool(d.pool.path); err != nil {
+		d.log.Warn("G3.5 pool stays in bypass: health probe failed", "link", s.Name, "err", err)
+		return
+	}
+	d.pool.tier.SetBypass(false)
+	d.log.Info("G3.5 pool re-admitted: link up and probe passed", "link", s.Name)
+}
+
+// probePool reads the pool's superblock page.
+func probePool(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	_, err = f.ReadAt(buf, 0)
+	return err
+}
+
+// closePool detaches the controllers the daemon attached (the tier is
+// closed with the other tiers).
+func (d *daemon) closePool(ctx context.Context) {
+	if d.pool == nil {
+		return
+	}
+	for _, c := range d.pool.attached {
+		if err := d.pool.attacher.Detach(ctx, c); err != nil {
+			d.log.Warn("pool: detach", "controller", c.Name, "err", err)
+		}
+	}
+}
+
+// remoteFwd is the FUSE mount's Remote: it forwards to the sidecar once
+// it runs (the mount is made before the sidecar exists).
+type remoteFwd struct{ d *daemon }
+
+func (r remoteFwd) Import(ctx context.Context, ns, path string) (tiering.ObjectID, int64, bool, error) {
+	if a := r.d.agentRef.Load(); a != nil {
+		return a.Import(ctx, ns, path)
+	}
+	return 0, 0, false, nil
+}
+
+func (r remoteFwd) HasDir(ns, path string) bool {
+	if a := r.d.agentRef.Load(); a != nil {
+		return a.HasDir(ns, path)
+	}
+	return false
+}
+
+func (r remoteFwd) Missed(ns, path string) {
+	if a := r.d.agentRef.Load(); a != nil {
+		a.Missed(ns, path)
+	}
+}
+
+// remote is the mount's Remote: the sidecar's import of shared files when
+// the daemon has a pool, nil otherwise.
+func (d *daemon) remote() fusefs.Remote {
+	if d.pool == nil {
+		return nil
+	}
+	return remoteFwd{d}
+}

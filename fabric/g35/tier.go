@@ -1,0 +1,288 @@
+// Package g35 is the G3.5 tier: a tier.Tier over a shared pool (package
+// fabric/pool) that several hosts read and write. Put appends a verified
+// record into one of this host's leased extents and remembers its
+// location; Get reads a block either from a record this host wrote or from
+// a record another host wrote (an alias registered when a shared file is
+// imported), verifying key, generation, epoch and CRC32C on every read, so
+// a reused extent reads as a miss, never as wrong bytes.
+//
+// While the link to the pool is down the tier is in bypass (SetBypass):
+// Get answers tier.ErrNotFound (the core falls back to G4 or counts a
+// miss) and Put answers tier.ErrUnavailable.
+package g35
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/fabric/pool"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// Name is the tier's name in status and xattrs.
+const Name = "G3.5"
+
+// Ref is where one block lives in the pool: the key its record was
+// written under (the writer host's key) and the record's location.
+type Ref struct {
+	Key tier.Key
+	Loc pool.Location
+}
+
+// Options configure a Tier.
+type Options struct {
+	// OnDelete is called (without locks) when a block this host put is
+	// deleted (its object changed or was removed): the caller withdraws
+	// the shared-index entry that points at it.
+	OnDelete func(k tier.Key)
+	// OnStale is called when a read found a record that no longer matches
+	// (extent reused, torn or corrupt): the caller reports the stale
+	// index entry.
+	OnStale func(k tier.Key, ref Ref, err error)
+}
+
+// Tier is the G3.5 tier of one host.
+type Tier struct {
+	p      *pool.Pool
+	w      *pool.Writer
+	r      *pool.Reader
+	opts   Options
+	bypass atomic.Bool
+
+	mu    sync.RWMutex
+	refs  map[tier.Key]Ref // local key → record
+	own   map[tier.Key]bool
+	bytes int64
+
+	useMu   sync.Mutex
+	lastUse map[uint32]int64 // extent → unix ns of the last read or write here
+}
+
+// New returns the tier over pool p, writing through w (nil: read-only,
+// Put fails with tier.ErrUnavailable).
+func New(p *pool.Pool, w *pool.Writer, opts Options) *Tier {
+	return &Tier{p: p, w: w, r: pool.NewReader(p), opts: opts, refs: map[tier.Key]Ref{}, own: map[tier.Key]bool{},
+		lastUse: map[uint32]int64{}}
+}
+
+// Name implements tier.Tier.
+func (t *Tier) Name() string { return Name }
+
+// SetBypass puts the tier into bypass (link down) or takes it out.
+func (t *Tier) SetBypass(on bool) { t.bypass.Store(on) }
+
+// Bypassed reports whether the tier is in bypass.
+func (t *Tier) Bypassed() bool { return t.bypass.Load() }
+
+// Healthy implements tier.HealthReporter: false while in bypass.
+func (t *Tier) Healthy() bool { return !t.bypass.Load() }
+
+// Put implements tier.Tier: it writes data into a leased extent, waits for
+// the write and its read-back verification, and only then records the
+// location (publish after verify). Errors: tier.ErrUnavailable (bypass,
+// no writer), wrapped pool errors (no free extent → tier.ErrNoSpace).
+func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
+	if t.bypass.Load() || t.w == nil {
+		return fmt.Errorf("G3.5 put %s: pool in bypass: %w", k, tier.ErrUnavailable)
+	}
+	loc, err := t.w.Put(ctx, k, data)
+	if err != nil {
+		if errors.Is(err, pool.ErrNoExtent) {
+			return fmt.Errorf("G3.5 put %s: %v: %w", k, err, tier.ErrNoSpace)
+		}
+		return fmt.Errorf("G3.5 put %s: %w", k, err)
+	}
+	t.mu.Lock()
+	if old, ok := t.refs[k]; ok {
+		t.bytes -= int64(old.Loc.Length)
+	}
+	t.refs[k] = Ref{Key: k, Loc: loc}
+	t.own[k] = true
+	t.bytes += int64(loc.Length)
+	t.mu.Unlock()
+	t.used(loc.Extent)
+	return nil
+}
+
+// Alias makes local key k read the record ref (a block of a file another
+// host shared).
+func (t *Tier) Alias(k tier.Key, ref Ref) {
+	t.mu.Lock()
+	if old, ok := t.refs[k]; ok {
+		t.bytes -= int64(old.Loc.Length)
+	}
+	t.refs[k] = ref
+	delete(t.own, k)
+	t.bytes += int64(ref.Loc.Length)
+	t.mu.Unlock()
+}
+
+// Location returns the record of local key k.
+func (t *Tier) Location(k tier.Key) (Ref, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	r, ok := t.refs[k]
+	return r, ok
+}
+
+// Get implements tier.Tier. Any mismatch of the record read is a miss
+// (tier.ErrNotFound, or tier.ErrCorrupt for a CRC error in a live extent),
+// reported through OnStale.
+func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, error) {
+	if t.bypass.Load() {
+		return 0, fmt.Errorf("G3.5 get %s: pool in bypass: %w", k, tier.ErrNotFound)
+	}
+	t.mu.RLock()
+	ref, ok := t.refs[k]
+	t.mu.RUnlock()
+	if !ok {
+		return 0, fmt.Errorf("G3.5 get %s: %w", k, tier.ErrNotFound)
+	}
+	n := int64(ref.Loc.Length)
+	if off >= n {
+		return 0, nil
+	}
+	buf := make([]byte, n)
+	if _, err := t.r.Get(ctx, ref.Key, ref.Loc, buf); err != nil {
+		if t.opts.OnStale != nil {
+			t.opts.OnStale(k, ref, err)
+		}
+		t.forget(k, ref)
+		return 0, err
+	}
+	t.used(ref.Loc.Extent)
+	return copy(p, buf[off:]), nil
+}
+
+func (t *Tier) used(e uint32) {
+	now := time.Now().UnixNano()
+	t.useMu.Lock()
+	t.lastUse[e] = now
+	t.useMu.Unlock()
+}
+
+// ExtentUse returns, per extent this host wrote or read, the unix ns of
+// its last use here (the scheduler keeps the pool under its watermark by
+// reclaiming the least recently used extents).
+func (t *Tier) ExtentUse() map[uint32]int64 {
+	t.useMu.Lock()
+	defer t.useMu.Unlock()
+	out := make(map[uint32]int64, len(t.lastUse))
+	for e, at := range t.lastUse {
+		out[e] = at
+	}
+	return out
+}
+
+// ForgetExtentUse drops extent e from ExtentUse (after its reclaim).
+func (t *Tier) ForgetExtentUse(e uint32) {
+	t.useMu.Lock()
+	delete(t.lastUse, e)
+	t.useMu.Unlock()
+}
+
+func (t *Tier) forget(k tier.Key, ref Ref) {
+	t.mu.Lock()
+	if cur, ok := t.refs[k]; ok && cur == ref {
+		delete(t.refs, k)
+		delete(t.own, k)
+		t.bytes -= int64(ref.Loc.Length)
+	}
+	t.mu.Unlock()
+}
+
+// Stat implements tier.Tier.
+func (t *Tier) Stat(k tier.Key) (int64, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if r, ok := t.refs[k]; ok {
+		return int64(r.Loc.Length), nil
+	}
+	return 0, tier.ErrNotFound
+}
+
+// Delete implements tier.Tier: the local mapping is dropped (the record
+// stays on the pool until its extent is reclaimed; no reader trusts it
+// once the index entry is gone). For blocks this host put, OnDelete runs.
+func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
+	t.mu.Lock()
+	r, ok := t.refs[k]
+	own := t.own[k]
+	if ok {
+		delete(t.refs, k)
+		delete(t.own, k)
+		t.bytes -= int64(r.Loc.Length)
+	}
+	t.mu.Unlock()
+	if own && t.opts.OnDelete != nil {
+		t.opts.OnDelete(k)
+	}
+	return nil
+}
+
+// ForgetExtent drops every mapping into extent e (it is being
+// reclaimed) and returns the local keys that pointed there.
+func (t *Tier) ForgetExtent(e uint32) []tier.Key {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []tier.Key
+	for k, r := range t.refs {
+		if r.Loc.Extent == e {
+			out = append(out, k)
+			delete(t.refs, k)
+			delete(t.own, k)
+			t.bytes -= int64(r.Loc.Length)
+		}
+	}
+	return out
+}
+
+// Range implements tier.Tier over the local mappings.
+func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
+	t.mu.RLock()
+	type kv struct {
+		k tier.Key
+		n int64
+	}
+	all := make([]kv, 0, len(t.refs))
+	for k, r := range t.refs {
+		all = append(all, kv{k, int64(r.Loc.Length)})
+	}
+	t.mu.RUnlock()
+	for _, e := range all {
+		if !fn(e.k, e.n) {
+			break
+		}
+	}
+	return nil
+}
+
+// Usage implements tier.Tier: bytes and blocks this host maps; the
+// capacity is the whole pool's data area.
+func (t *Tier) Usage() tier.Usage {
+	sb := t.p.Superblock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return tier.Usage{UsedBytes: t.bytes, CapacityBytes: int64(sb.ExtentCount) * int64(sb.ExtentSize), Blocks: int64(len(t.refs))}
+}
+
+// Writer returns the pool writer (nil when read-only).
+func (t *Tier) Writer() *pool.Writer { return t.w }
+
+// Close implements tier.Tier: it closes the writer (leases lapse at
+// expiry) and the pool.
+func (t *Tier) Close() error {
+	var errs []error
+	if t.w != nil {
+		errs = append(errs, t.w.Close())
+	}
+	errs = append(errs, t.p.Close())
+	return errors.Join(errs...)
+}
+
+// ExtentSize returns the pool's extent size in bytes.
+func (t *Tier) ExtentSize() int64 { return int64(t.p.Superblock().ExtentSize) }
