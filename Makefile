@@ -67,6 +67,7 @@ test: deps-test fmt-check vet
 bench: deps-test build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...
 	$(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/
 	bash tests/bench/run.sh
 
 # Package version: a release tag (v1.2.3[-N-gHASH]) loses its v; before the

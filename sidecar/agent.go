@@ -256,10 +256,16 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 		if a.needResync.Swap(false) {
 			a.resync(ctx)
 		}
+		// While the bus is down, telemetry only queues: no publish or
+		// liveness call waits out its timeout on a dead connection.
+		live := res
+		if !nc.IsConnected() {
+			live = nil
+		}
 		if due {
-			a.report(ctx, res)
-		} else if res != nil {
-			a.flush(ctx, res)
+			a.report(ctx, live)
+		} else if live != nil {
+			a.flush(ctx, live)
 		}
 		due = false
 		select {

@@ -77,7 +77,7 @@ func (a *Agent) handle(ctx context.Context, nc *nats.Conn, m jetstream.Msg) {
 	ack.TookUs = time.Since(start).Microseconds()
 	ack.Time = time.Now().UnixNano()
 	if data, err := msg.Encode(&ack); err == nil {
-		a.out.add(outMsg{subject: a.cfg.Names.Ack(a.cfg.Host), id: "ack." + a.cfg.Host + "." + cmd.ID, data: data})
+		a.out.add(outMsg{subject: a.cfg.Names.Ack(a.cfg.Host), id: "ack." + a.cfg.Host + "." + cmd.ID + "." + ack.Status, data: data})
 	}
 	_ = m.Ack()
 	a.kick()

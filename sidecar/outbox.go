@@ -10,7 +10,8 @@ import (
 )
 
 // outbox holds telemetry waiting to be published to JetStream, bounded in
-// bytes: when full, the oldest messages are dropped first (and counted).
+// bytes: when full, a queued report is dropped first (a newer one follows
+// every interval), then the oldest events and acks (all counted).
 // Only the newest report is kept: a report is a snapshot, so an unsent
 // older one is replaced rather than queued.
 type outbox struct {
@@ -47,9 +48,17 @@ func (o *outbox) add(m outMsg) {
 	o.items = append(o.items, m)
 	o.bytes += len(m.data)
 	for o.bytes > o.max && len(o.items) > 1 {
-		o.bytes -= len(o.items[0].data)
-		o.items[0] = outMsg{}
-		o.items = o.items[1:]
+		// A queued report goes first (the next one replaces it anyway),
+		// then the oldest events and acks.
+		drop := 0
+		for i, it := range o.items[:len(o.items)-1] {
+			if it.report {
+				drop = i
+				break
+			}
+		}
+		o.bytes -= len(o.items[drop].data)
+		o.items = append(o.items[:drop], o.items[drop+1:]...)
 		o.dropped++
 	}
 }

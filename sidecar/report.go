@@ -180,7 +180,7 @@ func (a *Agent) report(ctx context.Context, res *bus.Resources) {
 	}
 	hs := msg.HostState{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Time: now.UnixNano(), Version: a.cfg.Version,
 		Mount: a.cfg.Mount, Tiers: rep.Tiers, Objects: rep.Objects, Hits: rep.Hits, Namespaces: a.cfg.Namespaces,
-		Knobs: rep.Knobs, Applied: a.c.applied.Load()}
+		Knobs: rep.Knobs, Applied: a.c.applied.Load(), Pool: rep.Pool}
 	if data, err := msg.Encode(&hs); err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if _, err := res.Hosts.Put(pctx, a.cfg.Host, data); err == nil {

@@ -70,13 +70,16 @@ func freeTestNet(t *testing.T) string {
 	return ""
 }
 
+// netnsSeq tells apart the namespaces of several clusters in one run.
+var netnsSeq atomic.Int32
+
 // setupNetns creates n network namespaces, each with a /30 veth link to the
 // root namespace; removed at cleanup.
 func setupNetns(t *testing.T, n int) []hostNet {
 	t.Helper()
 	needTool(t, "ip", "apt-get install iproute2")
 	needTool(t, "nsenter", "apt-get install util-linux")
-	tag := strconv.Itoa(os.Getpid() % 10000)
+	tag := strconv.Itoa(os.Getpid()%1000) + strconv.Itoa(int(netnsSeq.Add(1)%10))
 	prefix := freeTestNet(t)
 	var out []hostNet
 	for i := 0; i < n; i++ {
@@ -121,15 +124,19 @@ func startPoolCluster(t *testing.T, poolSize, extentSize string, extra ...string
 			t.Logf("nats log:\n%s", c.nats.tail())
 		}
 	})
-	c.pool = filepath.Join(t.TempDir(), "pool.img")
-	run(t, bin, "pool", "format", "--size", poolSize, "--extent-size", extentSize, c.pool)
+	var poolArgs []string
+	if poolSize != "" { // "" runs the same cluster without G3.5
+		c.pool = filepath.Join(t.TempDir(), "pool.img")
+		run(t, bin, "pool", "format", "--size", poolSize, "--extent-size", extentSize, c.pool)
+		poolArgs = []string{"--pool", c.pool, "--pool-lease-ttl", "5s"}
+	}
 	for i, h := range c.nets {
 		name := "host-" + string(rune('a'+i))
 		d := harness.Start(t, bin, harness.Options{DRAM: "64MiB", G3Size: "128MiB", BlockSize: "64KiB",
 			Wrap: []string{"nsenter", "--net=/var/run/netns/" + h.ns, "--"},
-			Extra: append([]string{"--host", name, "--nats", "nats://" + h.rootIP + ":" + strconv.Itoa(c.port), "--cluster", "pool",
-				"--scheduler", "off", "--report-interval", "300ms", "--sink-grace", "1h", "--pool", c.pool,
-				"--pool-lease-ttl", "5s", "--link", h.nsDev}, extra...)})
+			Extra: append(append([]string{"--host", name, "--nats", "nats://" + h.rootIP + ":" + strconv.Itoa(c.port), "--cluster", "pool",
+				"--scheduler", "off", "--report-interval", "300ms", "--sink-grace", "1h",
+				"--link", h.nsDev}, poolArgs...), extra...)})
 		c.hosts = append(c.hosts, d)
 	}
 	empty := filepath.Join(t.TempDir(), "empty.yaml")
@@ -387,12 +394,104 @@ func TestE2EPoolFaults(t *testing.T) {
 		}
 	}()
 	time.Sleep(1500 * time.Millisecond)
+	held := poolHeld(t, b)["host-a"]
 	a.Kill9()
 	<-done
-	time.Sleep(8 * time.Second) // past the 5 s lease TTL: A's extents are reclaimable
+	t.Logf("host-a killed holding extents %v", held)
+	time.Sleep(11 * time.Second) // past the lease TTL (5 s) and grace (5 s)
+	// B writes files C wants: B's shares need extents, and the pool is
+	// nearly full, so B leases extents A held when it died.
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("fromb/%03d.kv", i)
+		write(b, name)
+		if _, err := readShared(cc, name, kvBytes(name, size), 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "an extent A held when it died leased by B", 30*time.Second, func() bool {
+		for _, e := range poolHeld(t, b)["host-b"] {
+			for _, old := range held {
+				if e == old {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	a.StartAgain()
 	write(a, "restarted/x.kv")
 	if _, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// poolHeld returns the pool extents each host holds, from status --cluster.
+func poolHeld(t *testing.T, d *harness.Daemon) map[string][]uint32 {
+	t.Helper()
+	cv, err := clusterView(t, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]uint32{}
+	for _, h := range cv.Hosts {
+		if h.Pool != nil {
+			out[h.Host] = h.Pool.Held
+		}
+	}
+	return out
+}
+
+// replayHosts replays the first n trace requests over the three hosts'
+// mounts (round-robin) and returns the result.
+func replayHosts(t *testing.T, c *poolCluster, n int, extra ...string) harness.ReplayResult {
+	t.Helper()
+	args := []string{"--trace", tracePath(t), "--requests", strconv.Itoa(n), "--block-bytes", "16KiB",
+		"--quiet", "--concurrency", "4"}
+	for _, d := range c.hosts {
+		args = append(args, "--mount", d.Namespace())
+	}
+	args = append(args, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, code, stderr, err := harness.Replay(ctx, c.bin, args...)
+	if err != nil || code != 0 {
+		t.Fatalf("replay: exit %d, %v\n%s", code, err, stderr)
+	}
+	return res
+}
+
+// TestE2EPoolTraceReplay replays the conversation trace across the three
+// hosts (requests round-robin) with G3.5 and without it, and reports the
+// cross-host gain: blocks one host wrote that another read from the pool
+// instead of recomputing.
+func TestE2EPoolTraceReplay(t *testing.T) {
+	n := replayRequests(t, 1000)
+	var ratio [2]float64
+	for i, withPool := range []bool{false, true} {
+		size := ""
+		if withPool {
+			size = "1GiB"
+		}
+		c := startPoolCluster(t, size, "16MiB")
+		// Timestamps are followed (20× faster than the trace): hosts take
+		// turns as in production, and a block one host computed has time
+		// to be shared before another host asks for it.
+		res := replayHosts(t, c, n, "--speed", "20")
+		if res.VerifyFailures != 0 || res.WriteErrors != 0 {
+			t.Fatalf("pool=%v: %d verification failures, %d write errors", withPool, res.VerifyFailures, res.WriteErrors)
+		}
+		ratio[i] = res.BlockHitRatio
+		t.Logf("pool=%v: %d requests over 3 hosts: block hit ratio %.4f (%d of %d), retry hits %d, hits by tier %v, %.1f s",
+			withPool, res.Requests, res.BlockHitRatio, res.BlockHits, res.Blocks, res.RetryHits, res.HitsByTier, res.ElapsedS)
+		if withPool && res.HitsByTier["G3.5"] == 0 {
+			t.Errorf("no block read from G3.5 in the replay with a pool")
+		}
+		for _, d := range c.hosts {
+			_ = d.Stop()
+		}
+	}
+	t.Logf("cross-host gain of G3.5: block hit ratio %.4f -> %.4f", ratio[0], ratio[1])
+	if ratio[1] < ratio[0] {
+		t.Errorf("G3.5 lowered the hit ratio: %.4f -> %.4f", ratio[0], ratio[1])
 	}
 }

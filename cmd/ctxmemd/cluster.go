@@ -147,7 +147,7 @@ func writeCluster(w io.Writer, cv client.Cluster) error {
 		reps = append(reps, r.ID)
 	}
 	fmt.Fprintf(tw, "scheduler replicas\t%s\n\n", strings.Join(reps, ", "))
-	fmt.Fprintln(tw, "HOST\tSEEN\tOBJECTS\tG2\tG3\tG4\tBLOCK HITS\tCMDS\tVERSION")
+	fmt.Fprintln(tw, "HOST\tSEEN\tOBJECTS\tG2\tG3\tG3.5\tG4\tBLOCK HITS\tCMDS\tVERSION")
 	for _, h := range cv.Hosts {
 		tiers := map[string]string{}
 		for _, t := range h.Tiers {
@@ -168,9 +168,16 @@ func writeCluster(w io.Writer, cv client.Cluster) error {
 		if h.Hits.Blocks > 0 {
 			ratio = fmt.Sprintf("%.1f%%", 100*float64(hits)/float64(h.Hits.Blocks))
 		}
-		fmt.Fprintf(tw, "%s\t%s ago\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", h.Host,
+		pool := "-"
+		if p := h.Pool; p != nil {
+			pool = fmt.Sprintf("%d/%d extents, %d shared, %d imported", len(p.Held), p.Extents, p.Shares, p.Imports)
+			if p.Bypass {
+				pool += " BYPASS"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s ago\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", h.Host,
 			time.Since(time.Unix(0, h.Time)).Round(100*time.Millisecond), h.Objects,
-			orDash(tiers["G2"]), orDash(tiers["G3"]), orDash(tiers["G4"]), ratio, h.Applied, h.Version)
+			orDash(tiers["G2"]), orDash(tiers["G3"]), pool, orDash(tiers["G4"]), ratio, h.Applied, h.Version)
 	}
 	return tw.Flush()
 }

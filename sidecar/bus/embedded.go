@@ -61,6 +61,13 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 			return nil, fmt.Errorf("embedded NATS listen %q: bad port", o.Listen)
 		}
 		opts.Host, opts.Port = host, p
+		// Fail at once on a port in use (the server would only report it
+		// after its start-up timeout).
+		ln, err := net.Listen("tcp", o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS listen %s: %w", o.Listen, err)
+		}
+		ln.Close()
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

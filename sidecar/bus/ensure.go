@@ -82,7 +82,7 @@ func Ensure(ctx context.Context, nc *nats.Conn, names msg.Names, lim Limits) (*R
 		Name: names.Telemetry(), Subjects: names.TelemetrySubjects(),
 		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 		MaxBytes: lim.TelemetryBytes, MaxAge: lim.TelemetryAge,
-		Storage: jetstream.FileStorage, Replicas: lim.Replicas, Duplicates: 2 * time.Minute,
+		Storage: jetstream.FileStorage, Replicas: lim.Replicas, Duplicates: min(2*time.Minute, lim.TelemetryAge),
 		Description: "ctxmemd heat reports, events and command acks",
 	}); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.Telemetry(), err)
@@ -91,7 +91,7 @@ func Ensure(ctx context.Context, nc *nats.Conn, names msg.Names, lim Limits) (*R
 		Name: names.Commands(), Subjects: names.CommandSubjects(),
 		Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardOld,
 		MaxAge: lim.CommandAge, MaxBytes: 64 << 20,
-		Storage: jetstream.FileStorage, Replicas: lim.Replicas, Duplicates: 2 * time.Minute,
+		Storage: jetstream.FileStorage, Replicas: lim.Replicas, Duplicates: min(2*time.Minute, lim.CommandAge),
 		Description: "ctxmemd scheduler commands to hosts",
 	}); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.Commands(), err)

@@ -7,8 +7,8 @@
 // MessagePack rather than protobuf because it needs no code generator in the
 // build, keeps field names on the wire (so a newer peer can add fields that
 // an older one skips), and a heat report with 64 hot and 256 cold objects
-// encodes to a few tens of KiB, a third of its JSON form (see the package
-// benchmark). Every message carries V, the schema version; a receiver drops
+// encodes to 33 KB against 52 KB for encoding/json (0.64×, measured by the
+// package test). Every message carries V, the schema version; a receiver drops
 // (and logs) a message whose V it does not know.
 //
 // Subjects live under "ctxmem.<cluster>.v1." so several clusters can share

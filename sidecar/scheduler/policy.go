@@ -121,7 +121,9 @@ func (s *Scheduler) decideLocked(r *msg.Report) []*msg.Command {
 		for _, o := range r.Cold {
 			if float64(o.Score) < s.cfg.ColdThreshold && o.IdleMs >= grace && o.Where.AboveG4() &&
 				!o.Pinned && s.privateLocked(o) {
-				add(msg.OpSink, o, "cold past the grace period", 0)
+				// The epoch is the object's last access (ms): an object that
+				// was read back and went cold again is a new decision.
+				add(msg.OpSink, o, "cold past the grace period", r.Time/int64(time.Millisecond)-o.IdleMs)
 			}
 		}
 	}

@@ -10,10 +10,15 @@
 #      daemon's peak RSS against its G2 budget.
 #   5. NBD against nbdkit memory (nbd/bench/nbd_bench.sh).
 #   6. G4 on S3 against a bare minio-go loop (needs versitygw).
+#   7. Control plane (sidecar/bench): one scheduler and 64 simulated hosts
+#      on a real NATS server (reports, commands and acks per second, CPU of
+#      scheduler, server and hosts), and the CPU of one report on a host
+#      tracking 1,000,000 files (goal: < 2 % of a core at a 1 s interval).
 #
 # Environment: DRAM (G2 budget, default 2GiB), G3_SIZE (default 8GiB),
 # REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
-# SIZE/RUNTIME/FILES (fio_bench.sh).
+# SIZE/RUNTIME/FILES (fio_bench.sh), CP_INTERVALS (control-plane report
+# intervals, default 1s,200ms,50ms).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -72,3 +77,6 @@ bash nbd/bench/nbd_bench.sh
 
 section "G4 on S3: tier vs bare minio-go on one versitygw, restore latency of an 8 MiB file"
 PATH="$(go env GOPATH)/bin:$PATH" go test -run '^$' -bench . -benchtime 50x ./tiering/g4/s3/ 2>&1 | grep -E '^(Benchmark|ok|\s)'
+
+section "Control plane: scheduler under 64 hosts, report cost at 1M files (sidecar/bench)"
+PATH="$(go env GOPATH)/bin:$PATH" go run ./sidecar/bench -intervals "${CP_INTERVALS:-1s,200ms,50ms}"
