@@ -1,0 +1,110 @@
+package g35
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ctxmem/ctxmemd/fabric/pool"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// newTiers returns two hosts' tiers over one pool file.
+func newTiers(t *testing.T, onDelete func(tier.Key)) (a, b *Tier) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pool.img")
+	if _, err := pool.Format(path, pool.FormatOptions{Size: 16 << 20, ExtentSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	leases := pool.NewMemLeases(15, pool.MemLeaseOptions{})
+	mk := func(host string, od func(tier.Key)) *Tier {
+		p, err := pool.Open(path, pool.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := pool.NewWriter(context.Background(), p, leases.Leaser(host), pool.WriterOptions{Host: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := New(p, w, Options{OnDelete: od})
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	return mk("a", onDelete), mk("b", nil)
+}
+
+func TestPutGetAliasAcrossHosts(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var deleted []tier.Key
+	a, b := newTiers(t, func(k tier.Key) { mu.Lock(); deleted = append(deleted, k); mu.Unlock() })
+	ka := tier.Key{Namespace: "ns", Object: 7, Index: 2, Gen: 1}
+	data := bytes.Repeat([]byte("pool"), 20000)
+	if err := a.Put(ctx, ka, data); err != nil {
+		t.Fatal(err)
+	}
+	ref, ok := a.Location(ka)
+	if !ok {
+		t.Fatal("no location after Put")
+	}
+	got := make([]byte, len(data))
+	if n, err := a.Get(ctx, ka, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("own get: n=%d err=%v", n, err)
+	}
+	// Host b reads the record under its own key through an alias.
+	kb := tier.Key{Namespace: "ns", Object: 99, Index: 2, Gen: 1}
+	if _, err := b.Get(ctx, kb, got, 0); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("get without alias: %v", err)
+	}
+	b.Alias(kb, ref)
+	clear(got)
+	if n, err := b.Get(ctx, kb, got[:100], 1000); err != nil || n != 100 || !bytes.Equal(got[:100], data[1000:1100]) {
+		t.Fatalf("aliased get at an offset: n=%d err=%v", n, err)
+	}
+	// An alias to a record under another key misses (header check).
+	b.Alias(kb, Ref{Key: tier.Key{Namespace: "ns", Object: 8, Index: 2, Gen: 1}, Loc: ref.Loc})
+	if _, err := b.Get(ctx, kb, got, 0); err == nil {
+		t.Fatal("a record of another key was served")
+	}
+	// Bypass: gets miss, puts are refused.
+	a.SetBypass(true)
+	if a.Healthy() {
+		t.Fatal("healthy in bypass")
+	}
+	if _, err := a.Get(ctx, ka, got, 0); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("get in bypass: %v", err)
+	}
+	if err := a.Put(ctx, ka, data); !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("put in bypass: %v", err)
+	}
+	a.SetBypass(false)
+	// Deleting an own block calls OnDelete; forgetting an extent drops it.
+	if err := a.Delete(ctx, ka); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(deleted) != 1 || deleted[0] != ka {
+		t.Fatalf("OnDelete saw %v", deleted)
+	}
+	mu.Unlock()
+	k2 := tier.Key{Namespace: "ns", Object: 7, Index: 3, Gen: 1}
+	if err := a.Put(ctx, k2, data[:5000]); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := a.Location(k2)
+	if keys := a.ForgetExtent(r2.Loc.Extent); len(keys) != 1 || keys[0] != k2 {
+		t.Fatalf("ForgetExtent returned %v", keys)
+	}
+	if _, err := a.Stat(k2); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("stat after ForgetExtent: %v", err)
+	}
+	if u := a.Usage(); u.Blocks != 0 || u.CapacityBytes != 15<<20 {
+		t.Fatalf("usage %+v", u)
+	}
+	if len(a.ExtentUse()) == 0 {
+		t.Fatal("no extent use recorded")
+	}
+}
