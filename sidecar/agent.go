@@ -105,13 +105,23 @@ type Agent struct {
 	// applied is the applied-commands bucket once the bus is set up.
 	applied    atomic.Pointer[jetstream.KeyValue]
 	needResync atomic.Bool
+	// eventsDue asks Run to publish pending events before the next report
+	// (a wanted name: the sooner the scheduler hears, the sooner a holder
+	// shares it).
+	eventsDue  atomic.Bool
+	lastWanted atomic.Int64 // unix ns of the last early publish of wanted names
 	flushNow   chan struct{}
 }
 
 type pendingEvent struct {
-	kind string
-	id   tiering.ObjectID
+	kind  string
+	id    tiering.ObjectID
+	tries int // intervals its path was not known yet
 }
+
+// nameTries is how many intervals a stored event waits for its file name
+// (the store creates the object just before the mount links the name).
+const nameTries = 3
 
 type counters struct {
 	published, events, liveness      atomic.Int64
@@ -187,7 +197,7 @@ func (a *Agent) queueEvent(kind string, id tiering.ObjectID) {
 		a.pending = a.pending[1:]
 		a.evDrop++
 	}
-	a.pending = append(a.pending, pendingEvent{kind, id})
+	a.pending = append(a.pending, pendingEvent{kind: kind, id: id})
 	a.evMu.Unlock()
 }
 
@@ -265,6 +275,9 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 		if due {
 			a.report(ctx, live)
 		} else if live != nil {
+			if a.eventsDue.Swap(false) {
+				a.queueEvents(time.Now())
+			}
 			a.flush(ctx, live)
 		}
 		due = false

@@ -51,9 +51,9 @@ func (o *outbox) add(m outMsg) {
 		// A queued report goes first (the next one replaces it anyway),
 		// then the oldest events and acks.
 		drop := 0
-		for i, it := range o.items[:len(o.items)-1] {
+		for i, it := range o.items {
 			if it.report {
-				drop = i
+				drop = i // even the one just added: events are not repeated, reports are
 				break
 			}
 		}

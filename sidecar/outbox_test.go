@@ -69,13 +69,14 @@ func TestOutboxKeepsOnlyNewestReport(t *testing.T) {
 	o.add(rep("r3", 70))
 	checkOutbox(t, o, []string{"e1", "e2", "e3", "r3"}, 100, 2)
 	// Reports and the byte bound together: the new report replaces the
-	// old one first, then the oldest events go.
+	// old one, and over the bound the report goes before any event
+	// (events are not sent again, a report is, every interval).
 	o2 := newOutbox(100)
 	o2.add(ev("e1", 40))
 	o2.add(rep("r1", 40))
 	o2.add(ev("e2", 20))
-	o2.add(rep("r2", 60)) // r1 replaced (e1 e2 r2 = 120 bytes), then e1 dropped
-	checkOutbox(t, o2, []string{"e2", "r2"}, 80, 2)
+	o2.add(rep("r2", 60)) // r1 replaced (e1 e2 r2 = 120 bytes), then r2 dropped
+	checkOutbox(t, o2, []string{"e1", "e2"}, 60, 2)
 }
 
 func TestOutboxPopAfterHeadDropped(t *testing.T) {

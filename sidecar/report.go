@@ -117,7 +117,8 @@ func (a *Agent) object(h heat.Ranked[tiering.ObjectID], now time.Time) (msg.Obje
 		return msg.Object{}, false
 	}
 	return msg.Object{Namespace: ns, Path: path, ID: uint64(h.Key), Score: float32(h.Score),
-		IdleMs: now.Sub(h.LastAccess).Milliseconds(), Size: res.Size, Where: where(res), Pinned: res.Pinned}, true
+		IdleMs: now.Sub(h.LastAccess).Milliseconds(), Size: res.Size, Where: where(res), Pinned: res.Pinned,
+		LastAccess: h.LastAccess.UnixMilli()}, true
 }
 
 // eventBatch is the number of events per Events message.
@@ -132,12 +133,24 @@ func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 	a.evMu.Unlock()
 	var out []*msg.Events
 	var cur *msg.Events
+	var retry []pendingEvent
+	defer func() {
+		if len(retry) > 0 {
+			a.evMu.Lock()
+			a.pending = append(retry, a.pending...)
+			a.evMu.Unlock()
+		}
+	}()
 	for _, p := range pend {
 		ev := msg.Event{Kind: p.kind, ID: uint64(p.id)}
 		if p.kind == msg.EvStored || p.kind == msg.EvMoved || p.kind == msg.EvShared || p.kind == msg.EvImported {
 			ns, path, ok := a.files.Path(p.id)
 			if !ok {
-				continue // removed already, or no name yet: the next resync has it
+				if _, err := a.store.Residency(p.id); err == nil && p.tries < nameTries {
+					p.tries++
+					retry = append(retry, p) // not linked yet: next interval
+				}
+				continue
 			}
 			ev.Namespace, ev.Path = ns, path
 			if res, err := a.store.Residency(p.id); err == nil {
@@ -169,12 +182,7 @@ func (a *Agent) report(ctx context.Context, res *bus.Resources) {
 	if data, err := msg.Encode(rep); err == nil {
 		a.out.add(outMsg{subject: names.Report(a.cfg.Host), id: msgID(a.boot, rep.Seq), data: data, report: true})
 	}
-	for _, ev := range a.takeEvents(now) {
-		if data, err := msg.Encode(ev); err == nil {
-			a.out.add(outMsg{subject: names.Event(a.cfg.Host), id: msgID(a.boot, ev.Seq), data: data})
-			a.c.events.Add(int64(len(ev.Events)))
-		}
-	}
+	a.queueEvents(now)
 	if res == nil {
 		return
 	}
@@ -189,6 +197,16 @@ func (a *Agent) report(ctx context.Context, res *bus.Resources) {
 		cancel()
 	}
 	a.flush(ctx, res)
+}
+
+// queueEvents moves the pending object events into the outbox.
+func (a *Agent) queueEvents(now time.Time) {
+	for _, ev := range a.takeEvents(now) {
+		if data, err := msg.Encode(ev); err == nil {
+			a.out.add(outMsg{subject: a.cfg.Names.Event(a.cfg.Host), id: msgID(a.boot, ev.Seq), data: data})
+			a.c.events.Add(int64(len(ev.Events)))
+		}
+	}
 }
 
 // flush publishes the outbox.

@@ -26,6 +26,10 @@ type Sharing struct {
 	Index *poolkv.Index
 }
 
+// wantedEvery bounds how often missed lookups are published ahead of the
+// next report.
+const wantedEvery = 20 * time.Millisecond
+
 // shareState is the agent's G3.5 bookkeeping.
 type shareState struct {
 	mu        sync.Mutex
@@ -124,6 +128,13 @@ func (a *Agent) Missed(ns, path string) {
 		a.wanted = append(a.wanted, [2]string{ns, path})
 	}
 	a.evMu.Unlock()
+	// Run publishes it now instead of at the next report, at most every
+	// wantedEvery (every create of a new file is a missed lookup too).
+	now := time.Now().UnixNano()
+	if last := a.lastWanted.Load(); now-last >= int64(wantedEvery) && a.lastWanted.CompareAndSwap(last, now) {
+		a.eventsDue.Store(true)
+		a.kick()
+	}
 }
 
 // share copies object id to the pool and publishes it in the index.

@@ -48,6 +48,9 @@ func Encode(m any) ([]byte, error) { return msgpack.Marshal(m) }
 // Decode decodes data into m (a pointer to one of the message types) and
 // checks its version. Errors wrap ErrMalformed.
 func Decode(data []byte, m versioned) error {
+	if err := checkShape(data); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	if err := msgpack.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}

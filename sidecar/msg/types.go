@@ -52,6 +52,9 @@ type Object struct {
 	Size      int64   `msgpack:"z" json:"size"`    // bytes
 	Where     Where   `msgpack:"w" json:"where"`   // tiers holding blocks
 	Pinned    bool    `msgpack:"pin,omitempty" json:"pinned,omitempty"`
+	// LastAccess is the unix ms of the last read or write (exact, unlike
+	// Time − IdleMs, so decisions keyed on it are stable across reports).
+	LastAccess int64 `msgpack:"la,omitempty" json:"last_access,omitempty"`
 }
 
 // Hits are read counters since the daemon started.

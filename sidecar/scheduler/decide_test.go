@@ -86,7 +86,7 @@ func TestDecideSinksColdObjectPastGrace(t *testing.T) {
 	c := cmds[0]
 	// The id carries the object's last access, so a later cold spell is
 	// a new decision.
-	want := msg.CommandID(msg.OpSink, "h1", dBoot, uint64(11), rep.Time/int64(time.Millisecond)-o.IdleMs)
+	want := msg.CommandID(msg.OpSink, "h1", dBoot, uint64(11), o.LastAccess)
 	if c.Op != msg.OpSink || c.Host != "h1" || c.Namespace != "ns" || c.Path != "f11" || c.Object != 11 || c.Boot != dBoot || c.ID != want {
 		t.Fatalf("command %+v, want sink of ns/f11 (object 11, boot %d) with id %s", c, dBoot, want)
 	}

@@ -123,7 +123,7 @@ func (s *Scheduler) decideLocked(r *msg.Report) []*msg.Command {
 				!o.Pinned && s.privateLocked(o) {
 				// The epoch is the object's last access (ms): an object that
 				// was read back and went cold again is a new decision.
-				add(msg.OpSink, o, "cold past the grace period", r.Time/int64(time.Millisecond)-o.IdleMs)
+				add(msg.OpSink, o, "cold past the grace period", o.LastAccess)
 			}
 		}
 	}

@@ -14,6 +14,11 @@
 #      on a real NATS server (reports, commands and acks per second, CPU of
 #      scheduler, server and hosts), and the CPU of one report on a host
 #      tracking 1,000,000 files (goal: < 2 % of a core at a 1 s interval).
+#   8. G3.5 shared pool: pool records vs raw O_DIRECT (fabric/pool), index
+#      lookup (fabric/poolkv), and end to end (tests/bench_pool_test.go):
+#      two daemons on one pool file, NATS and a scheduler; share (pool
+#      write) and read through FUSE vs raw O_DIRECT writes/reads of the
+#      same bytes on the same disk, import latency, wanted -> readable.
 #
 # Environment: DRAM (G2 budget, default 2GiB), G3_SIZE (default 8GiB),
 # REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
@@ -80,3 +85,8 @@ PATH="$(go env GOPATH)/bin:$PATH" go test -run '^$' -bench . -benchtime 50x ./ti
 
 section "Control plane: scheduler under 64 hosts, report cost at 1M files (sidecar/bench)"
 PATH="$(go env GOPATH)/bin:$PATH" go run ./sidecar/bench -intervals "${CP_INTERVALS:-1s,200ms,50ms}"
+
+section "G3.5 pool: records vs raw O_DIRECT, index lookup, two daemons end to end (tests/bench_pool_test.go)"
+go test -run '^$' -bench 'PoolPut|PoolGet' -benchtime 1s ./fabric/pool/ 2>&1 | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench 'Lookup|HasDir' -benchtime 1s ./fabric/poolkv/ 2>&1 | grep -E '^(Benchmark|ok)'
+PATH="$(go env GOPATH)/bin:$PATH" CTXMEM_E2E=1 CTXMEM_BENCH=1 go test -count=1 -run TestBenchPool -v ./tests/
