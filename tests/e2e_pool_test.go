@@ -476,7 +476,15 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 		// Timestamps are followed (20× faster than the trace): hosts take
 		// turns as in production, and a block one host computed has time
 		// to be shared before another host asks for it.
-		res := replayHosts(t, c, n, "--speed", "20")
+		args := []string{"--speed", "20"}
+		// CTXMEM_POOL_REPLAY_RETRY=50ms models engines that wait that long
+		// for a peer's KV before recomputing (slow: every true miss
+		// waits); without a pool it cannot turn a miss into a hit, so only
+		// the pool run uses it.
+		if r := os.Getenv("CTXMEM_POOL_REPLAY_RETRY"); r != "" && withPool {
+			args = append(args, "--retry-missing", r, "--concurrency", "16")
+		}
+		res := replayHosts(t, c, n, args...)
 		if res.VerifyFailures != 0 || res.WriteErrors != 0 {
 			t.Fatalf("pool=%v: %d verification failures, %d write errors", withPool, res.VerifyFailures, res.WriteErrors)
 		}
