@@ -26,6 +26,7 @@ func decider(t *testing.T, cfg Config) *Scheduler {
 	s.sent = map[string]time.Time{}
 	s.waits = map[string]chan msg.Ack{}
 	s.shared = map[objKey]string{}
+	s.dirs = map[objKey]map[objKey]struct{}{}
 	return s
 }
 

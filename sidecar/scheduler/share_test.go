@@ -1,0 +1,117 @@
+package scheduler
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
+)
+
+// stored feeds host's stored events for paths (object ids 1, 2, ...).
+func stored(s *Scheduler, host string, pool *msg.Pool, paths ...string) {
+	e := &msg.Events{V: msg.Version, Host: host, Boot: dBoot}
+	for i, p := range paths {
+		e.Events = append(e.Events, msg.Event{Kind: msg.EvStored, Namespace: "ns", Path: p, ID: uint64(i + 1)})
+	}
+	s.onEvents(e)
+	s.mu.Lock()
+	s.hosts[host].last = &msg.Report{V: msg.Version, Host: host, Boot: dBoot, Time: time.Now().UnixNano(), Pool: pool}
+	s.mu.Unlock()
+}
+
+func wanted(s *Scheduler, host string, paths ...string) []*msg.Command {
+	e := &msg.Events{V: msg.Version, Host: host, Boot: dBoot}
+	for _, p := range paths {
+		e.Events = append(e.Events, msg.Event{Kind: msg.EvWanted, Namespace: "ns", Path: p})
+	}
+	return s.onEvents(e)
+}
+
+func TestWantedNameIsSharedByItsHolder(t *testing.T) {
+	s := decider(t, Config{})
+	stored(s, "a", &msg.Pool{Extents: 10}, "sess1/l0", "sess1/l1", "sess2/l0")
+	// A file: its holder shares it.
+	cmds := wanted(s, "b", "sess2/l0")
+	if len(cmds) != 1 || cmds[0].Host != "a" || cmds[0].Op != msg.OpShare || cmds[0].Path != "sess2/l0" || cmds[0].Object != 3 {
+		t.Fatalf("wanted file: %+v", cmds)
+	}
+	// A directory: every file under it.
+	cmds = wanted(s, "b", "sess1")
+	var paths []string
+	for _, c := range cmds {
+		paths = append(paths, c.Path)
+	}
+	sort.Strings(paths)
+	if len(paths) != 2 || paths[0] != "sess1/l0" || paths[1] != "sess1/l1" {
+		t.Fatalf("wanted directory shared %v", paths)
+	}
+	// Once shared (the holder's event), nothing more is asked.
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvShared, Namespace: "ns", Path: "sess2/l0", ID: 3}}})
+	if cmds := wanted(s, "c", "sess2/l0"); len(cmds) != 0 {
+		t.Fatalf("already shared, asked again: %+v", cmds)
+	}
+	// Nobody else holds it, or the holder has no pool: nothing.
+	if cmds := wanted(s, "a", "sess1/l0"); len(cmds) != 0 {
+		t.Fatalf("wanted by its own holder: %+v", cmds)
+	}
+	s2 := decider(t, Config{})
+	stored(s2, "a", nil, "x")
+	if cmds := wanted(s2, "b", "x"); len(cmds) != 0 {
+		t.Fatalf("holder without a pool asked to share: %+v", cmds)
+	}
+	s3 := decider(t, Config{})
+	stored(s3, "a", &msg.Pool{Extents: 10, Bypass: true}, "x")
+	if cmds := wanted(s3, "b", "x"); len(cmds) != 0 {
+		t.Fatalf("holder in bypass asked to share: %+v", cmds)
+	}
+	// A removal forgets the name and its directory.
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvRemoved, ID: 1}, {Kind: msg.EvRemoved, ID: 2}}})
+	if cmds := wanted(s, "b", "sess1"); len(cmds) != 0 {
+		t.Fatalf("removed files still shared: %+v", cmds)
+	}
+}
+
+func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
+	s := decider(t, Config{})
+	now := time.Now()
+	s.mu.Lock()
+	// 10 extents; a holds 5 (0-4), b holds 5 (5-9): 100% > 90%.
+	for i, h := range []string{"a", "b"} {
+		held := []uint32{}
+		use := map[uint32]int64{}
+		for e := uint32(i * 5); e < uint32(i*5+5); e++ {
+			held = append(held, e)
+			use[e] = now.Add(time.Duration(e) * time.Second).UnixNano() // extent 0 oldest
+		}
+		hv := s.hostLocked(h, dBoot)
+		hv.last = &msg.Report{Host: h, Boot: dBoot, Pool: &msg.Pool{Extents: 10, Held: held, LastUse: use}}
+	}
+	// A later read of extent 1 on b makes it recent.
+	s.hosts["b"].last.Pool.LastUse[1] = now.Add(time.Hour).UnixNano()
+	cmds := s.poolLocked(now)
+	s.mu.Unlock()
+	// Down to 75%: 10 held - 7 = 3 reclaims, of extents 0, 2, 3.
+	var got []uint32
+	for _, c := range cmds {
+		if c.Op != msg.OpReclaim || c.Host != "a" {
+			t.Fatalf("command %+v, want reclaim on the holder a", c)
+		}
+		got = append(got, c.Extent)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	if len(got) != 3 || got[0] != 0 || got[1] != 2 || got[2] != 3 {
+		t.Fatalf("reclaimed extents %v, want [0 2 3]", got)
+	}
+	// Under the watermark: nothing.
+	s.mu.Lock()
+	s.hosts["a"].last.Pool.Held = []uint32{0}
+	s.hosts["b"].last.Pool.Held = []uint32{5}
+	cmds = s.poolLocked(now)
+	s.mu.Unlock()
+	if len(cmds) != 0 {
+		t.Fatalf("reclaim under the watermark: %+v", cmds)
+	}
+}
