@@ -91,8 +91,10 @@ type Agent struct {
 	evMu    sync.Mutex
 	pending []pendingEvent // stored/removed events not yet published
 	wanted  [][2]string    // (namespace, path) looked up here and found nowhere
-	evDrop  int64
-	sh      *shareState
+	// staleNames are shared files whose pool record was found stale here.
+	staleNames [][2]string
+	evDrop     int64
+	sh         *shareState
 
 	seenMu sync.Mutex
 	seen   map[string]struct{} // command ids applied by this process

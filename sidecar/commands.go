@@ -223,7 +223,7 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 			return msg.AckExpired, blocks, where(after), "deadline passed: prestage abandoned"
 		}
 	case msg.OpShare:
-		blocks, err = a.share(ctx, id)
+		blocks, err = a.share(ctx, id, cmd.Force)
 	case msg.OpPin:
 		err = a.store.SetPinned(id, true)
 	case msg.OpUnpin:

@@ -129,7 +129,8 @@ func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 	a.evMu.Lock()
 	pend := a.pending
 	wanted := a.wanted
-	a.pending, a.wanted = nil, nil
+	stale := a.staleNames
+	a.pending, a.wanted, a.staleNames = nil, nil, nil
 	a.evMu.Unlock()
 	var out []*msg.Events
 	var cur *msg.Events
@@ -169,6 +170,13 @@ func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 			out = append(out, cur)
 		}
 		cur.Events = append(cur.Events, msg.Event{Kind: msg.EvWanted, Namespace: w[0], Path: w[1]})
+	}
+	for _, w := range stale {
+		if cur == nil || len(cur.Events) == eventBatch {
+			cur = &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()}
+			out = append(out, cur)
+		}
+		cur.Events = append(cur.Events, msg.Event{Kind: msg.EvStale, Namespace: w[0], Path: w[1]})
 	}
 	return out
 }

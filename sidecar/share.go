@@ -35,6 +35,7 @@ type shareState struct {
 	mu        sync.Mutex
 	published map[tiering.ObjectID][2]string // object → (namespace, path) published by this host
 	withdraw  chan tiering.ObjectID
+	staleCh   chan staleRec
 	imports   atomic.Int64
 	importNs  atomic.Int64
 	shares    atomic.Int64
@@ -42,7 +43,8 @@ type shareState struct {
 }
 
 func newShareState() *shareState {
-	return &shareState{published: map[tiering.ObjectID][2]string{}, withdraw: make(chan tiering.ObjectID, 4096)}
+	return &shareState{published: map[tiering.ObjectID][2]string{}, withdraw: make(chan tiering.ObjectID, 4096),
+		staleCh: make(chan staleRec, 1024)}
 }
 
 // Withdraw is the G3.5 tier's OnDelete hook: a block this host put in the
@@ -55,10 +57,49 @@ func (a *Agent) Withdraw(k tier.Key) {
 	}
 }
 
-// Stale is the G3.5 tier's OnStale hook: a record read did not match.
+// Stale is the G3.5 tier's OnStale hook: a record read did not match
+// (extent leased again, torn or corrupt). The file's index entry is
+// withdrawn if it still points at that record, so later lookups miss (the
+// engine recomputes) instead of importing the bad record again, and the
+// scheduler hears of it (EvStale) so the next share puts fresh records.
 func (a *Agent) Stale(k tier.Key, ref g35.Ref, err error) {
 	a.sh.stale.Add(1)
-	a.log.Debug("G3.5: stale pool record", "key", k.String(), "record", ref.Loc.String(), "err", err)
+	a.log.Warn("G3.5: stale pool record", "key", k.String(), "record", ref.Loc.String(), "err", err)
+	ns, path, ok := a.files.Path(tiering.ObjectID(k.Object))
+	if !ok {
+		return
+	}
+	select {
+	case a.sh.staleCh <- staleRec{ns: ns, path: path, idx: k.Index, loc: ref.Loc}:
+	default:
+	}
+}
+
+// staleRec is a stale record to withdraw from the index.
+type staleRec struct {
+	ns, path string
+	idx      uint32
+	loc      pool.Location
+}
+
+// withdrawStale removes the index entry of r's file if it still points at
+// the stale record (a fresh share is left alone) and reports it.
+func (a *Agent) withdrawStale(ctx context.Context, r staleRec) {
+	sh := a.cfg.Sharing
+	if sh == nil {
+		return
+	}
+	e, ok := sh.Index.Lookup(r.ns, r.path)
+	if ok && int(r.idx) < len(e.Blocks) && e.Blocks[r.idx] == r.loc {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := sh.Index.Remove(cctx, r.ns, r.path); err != nil {
+			a.log.Warn("G3.5: withdraw stale entry", "ns", r.ns, "path", r.path, "err", err)
+		}
+		cancel()
+	}
+	a.evMu.Lock()
+	a.staleNames = append(a.staleNames, [2]string{r.ns, r.path})
+	a.evMu.Unlock()
 }
 
 // withdrawLoop removes index entries of changed objects.
@@ -67,6 +108,8 @@ func (a *Agent) withdrawLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case r := <-a.sh.staleCh:
+			a.withdrawStale(ctx, r)
 		case id := <-a.sh.withdraw:
 			a.sh.mu.Lock()
 			p, ok := a.sh.published[id]
@@ -137,8 +180,11 @@ func (a *Agent) Missed(ns, path string) {
 	}
 }
 
-// share copies object id to the pool and publishes it in the index.
-func (a *Agent) share(ctx context.Context, id tiering.ObjectID) (int, error) {
+// share copies object id to the pool and publishes it in the index. With
+// force, the object's current pool copies (stale or corrupt on the pool)
+// are dropped first and every block is put again; it is refused when a
+// block has no copy outside the pool.
+func (a *Agent) share(ctx context.Context, id tiering.ObjectID, force bool) (int, error) {
 	sh := a.cfg.Sharing
 	if sh == nil {
 		return 0, fmt.Errorf("%w: no shared pool on this host", tiering.ErrInvalid)
@@ -146,6 +192,27 @@ func (a *Agent) share(ctx context.Context, id tiering.ObjectID) (int, error) {
 	ns, path, ok := a.files.Path(id)
 	if !ok {
 		return 0, tiering.ErrNotExist
+	}
+	if force {
+		local, err := a.store.LocalCopies(id)
+		if err != nil {
+			return 0, err
+		}
+		if !local {
+			return 0, fmt.Errorf("%w: %s/%s has blocks only in the pool: cannot share it again", tiering.ErrInvalid, ns, path)
+		}
+		info, err := a.store.Stat(id)
+		if err != nil {
+			return 0, err
+		}
+		idxs, err := a.store.SharedBlocks(id)
+		if err != nil {
+			return 0, err
+		}
+		for _, idx := range idxs {
+			sh.Tier.Forget(tier.Key{Namespace: info.Namespace, Object: uint64(id), Index: idx, Gen: info.Gen})
+		}
+		a.store.Unshare(id, info.Gen, idxs)
 	}
 	n, err := a.store.Share(ctx, id)
 	if err != nil {
@@ -246,7 +313,7 @@ func (a *Agent) poolReport() *msg.Pool {
 		return nil
 	}
 	u := sh.Tier.Usage()
-	p := &msg.Pool{Bypass: sh.Tier.Bypassed(), LastUse: sh.Tier.ExtentUse(), Imports: a.sh.imports.Load(),
+	p := &msg.Pool{Bypass: sh.Tier.Bypassed(), LastUse: sh.Tier.ExtentUse(), LastWrite: sh.Tier.ExtentWrites(), Imports: a.sh.imports.Load(),
 		Shares: a.sh.shares.Load(), ImportNs: a.sh.importNs.Load()}
 	if w := sh.Tier.Writer(); w != nil {
 		for _, l := range w.Leases() {

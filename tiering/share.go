@@ -186,3 +186,20 @@ func (s *Store) Unshare(id ObjectID, gen uint64, idxs []uint32) {
 		s.lose(id, fmt.Errorf("pool extent reclaimed: %w", tier.ErrNotFound))
 	}
 }
+
+// LocalCopies reports whether every written block of the object has a
+// copy outside the shared pool (G2, G3 or G4): such an object can drop
+// its pool copies and be shared again without loss. Errors: ErrNotExist.
+func (s *Store) LocalCopies(id ObjectID) (bool, error) {
+	o, err := s.rlockLive(id)
+	if err != nil {
+		return false, err
+	}
+	defer o.mu.RUnlock()
+	for _, b := range o.blocks {
+		if b.g2.Load() == nil && !b.inG3 && !b.inG4 {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -76,7 +76,12 @@ func prestageCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 2 {
-				return withCode(exitUsage, errors.New("usage: ctxmemd prestage NAMESPACE PATH..."))
+				return withCode(exitUsage, errors.New("usage: ctxmemd prestage [flags] NAMESPACE PATH..."))
+			}
+			for _, a := range c.Args().Slice() {
+				if strings.HasPrefix(a, "-") {
+					return withCode(exitUsage, fmt.Errorf("%q after NAMESPACE: flags go before the arguments (ctxmemd prestage [flags] NAMESPACE PATH...)", a))
+				}
 			}
 			cl, err := adminClient(c)
 			if err != nil {

@@ -190,6 +190,9 @@ func (d *daemon) Cluster(ctx context.Context) (json.RawMessage, error) {
 	if d.ctl == nil || d.ctl.nc == nil {
 		return nil, errNoControl
 	}
+	if !d.ctl.nc.IsConnected() {
+		return nil, fmt.Errorf("control bus not connected (NATS %s unreachable): this host serves locally; no cluster view", busName(d.cfg, d.ctl.emb))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	v, err := client.View(ctx, d.ctl.nc, d.ctl.names)
@@ -203,6 +206,9 @@ func (d *daemon) Cluster(ctx context.Context) (json.RawMessage, error) {
 func (d *daemon) ClusterPrestage(ctx context.Context, req admin.ClusterPrestageRequest) (json.RawMessage, error) {
 	if d.ctl == nil || d.ctl.nc == nil {
 		return nil, errNoControl
+	}
+	if !d.ctl.nc.IsConnected() {
+		return nil, fmt.Errorf("control bus not connected (NATS %s unreachable): prestage through the scheduler is unavailable", busName(d.cfg, d.ctl.emb))
 	}
 	budget := time.Duration(req.DeadlineMs) * time.Millisecond
 	if budget <= 0 {

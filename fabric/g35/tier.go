@@ -58,15 +58,16 @@ type Tier struct {
 	own   map[tier.Key]bool
 	bytes int64
 
-	useMu   sync.Mutex
-	lastUse map[uint32]int64 // extent → unix ns of the last read or write here
+	useMu     sync.Mutex
+	lastUse   map[uint32]int64 // extent → unix ns of the last read or write here
+	lastWrite map[uint32]int64 // extent → unix ns of the last write here
 }
 
 // New returns the tier over pool p, writing through w (nil: read-only,
 // Put fails with tier.ErrUnavailable).
 func New(p *pool.Pool, w *pool.Writer, opts Options) *Tier {
 	return &Tier{p: p, w: w, r: pool.NewReader(p), opts: opts, refs: map[tier.Key]Ref{}, own: map[tier.Key]bool{},
-		lastUse: map[uint32]int64{}}
+		lastUse: map[uint32]int64{}, lastWrite: map[uint32]int64{}}
 }
 
 // Name implements tier.Tier.
@@ -105,6 +106,9 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	t.bytes += int64(loc.Length)
 	t.mu.Unlock()
 	t.used(loc.Extent)
+	t.useMu.Lock()
+	t.lastWrite[loc.Extent] = time.Now().UnixNano()
+	t.useMu.Unlock()
 	return nil
 }
 
@@ -178,10 +182,24 @@ func (t *Tier) ExtentUse() map[uint32]int64 {
 	return out
 }
 
-// ForgetExtentUse drops extent e from ExtentUse (after its reclaim).
+// ExtentWrites returns, per extent this host wrote, the unix ns of its
+// last write here (an extent still being filled is not reclaimed).
+func (t *Tier) ExtentWrites() map[uint32]int64 {
+	t.useMu.Lock()
+	defer t.useMu.Unlock()
+	out := make(map[uint32]int64, len(t.lastWrite))
+	for e, at := range t.lastWrite {
+		out[e] = at
+	}
+	return out
+}
+
+// ForgetExtentUse drops extent e from ExtentUse and ExtentWrites (after
+// its reclaim).
 func (t *Tier) ForgetExtentUse(e uint32) {
 	t.useMu.Lock()
 	delete(t.lastUse, e)
+	delete(t.lastWrite, e)
 	t.useMu.Unlock()
 }
 
@@ -286,3 +304,16 @@ func (t *Tier) Close() error {
 
 // ExtentSize returns the pool's extent size in bytes.
 func (t *Tier) ExtentSize() int64 { return int64(t.p.Superblock().ExtentSize) }
+
+// Forget drops the mapping of local key k without calling OnDelete (the
+// caller is replacing the record, e.g. sharing an object again after its
+// pool copy went stale).
+func (t *Tier) Forget(k tier.Key) {
+	t.mu.Lock()
+	if r, ok := t.refs[k]; ok {
+		delete(t.refs, k)
+		delete(t.own, k)
+		t.bytes -= int64(r.Loc.Length)
+	}
+	t.mu.Unlock()
+}

@@ -89,7 +89,7 @@ func Format(path string, opts FormatOptions) (Superblock, error) {
 			return Superblock{}, fmt.Errorf("pool: read superblock of %s: %w", path, err)
 		}
 		if old, err := decodeSuperblock(buf); err == nil && !opts.Force {
-			return Superblock{}, fmt.Errorf("%w: %s holds pool %s (use Force)", ErrFormatted, path, old.UUID())
+			return Superblock{}, fmt.Errorf("%w: %s holds pool %s (format with force to replace it: ctxmemd pool format --force)", ErrFormatted, path, old.UUID())
 		}
 	}
 	s := Superblock{Version: FormatVersion, ExtentSize: es, DataStart: DataStart, DeviceSize: size, Created: opts.Now}

@@ -116,6 +116,9 @@ type Pool struct {
 	// LastUse is, per extent this host wrote or read, the unix ns of its
 	// last use here.
 	LastUse map[uint32]int64 `msgpack:"u,omitempty" json:"last_use,omitempty"`
+	// LastWrite is, per extent this host wrote, the unix ns of its last
+	// write (an extent still being filled is not reclaimed).
+	LastWrite map[uint32]int64 `msgpack:"lw,omitempty" json:"last_write,omitempty"`
 	// Imports and Shares count files imported from / published to the
 	// pool since start; ImportNs is the total time spent importing.
 	Imports  int64 `msgpack:"im,omitempty" json:"imports,omitempty"`
@@ -138,6 +141,10 @@ const (
 	// EvImported: the host made a file another host shared available
 	// locally (its blocks read from the pool).
 	EvImported = "imported"
+	// EvStale: a read on this host found the pool record of a shared file
+	// stale or corrupt; the host withdrew the index entry, and the next
+	// share of the name re-puts its blocks (Command.Force).
+	EvStale = "stale"
 )
 
 // Event is one object event.
@@ -199,6 +206,9 @@ type Command struct {
 	Knobs    *Knobs `msgpack:"k,omitempty" json:"knobs,omitempty"`
 	// Extent is the pool extent of a reclaim_extent command.
 	Extent uint32 `msgpack:"x,omitempty" json:"extent,omitempty"`
+	// Force, on a share command, drops the host's pool copies of the
+	// object first and puts every block again (its pool record went stale).
+	Force  bool   `msgpack:"f,omitempty" json:"force,omitempty"`
 	Issued int64  `msgpack:"t" json:"issued"`
 	Issuer string `msgpack:"by,omitempty" json:"issuer,omitempty"` // scheduler replica id
 	Reason string `msgpack:"why,omitempty" json:"reason,omitempty"`

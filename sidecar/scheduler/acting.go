@@ -44,6 +44,11 @@ func (s *Scheduler) startActing(ctx context.Context, res *bus.Resources, nc *nat
 	s.waits = map[string]chan msg.Ack{}
 	s.shared = map[objKey]string{}
 	s.dirs = map[objKey]map[objKey]struct{}{}
+	s.importers = map[objKey]map[string]bool{}
+	s.staleRound = map[objKey]int{}
+	s.shareTry = map[objKey]int{}
+	s.shareKey = map[string]objKey{}
+	s.shareFailAt = map[objKey]time.Time{}
 	s.mu.Unlock()
 	cons, err := res.JS.CreateOrUpdateConsumer(ctx, names.Telemetry(), jetstream.ConsumerConfig{
 		Durable: names.SchedulerConsumer(), AckPolicy: jetstream.AckExplicitPolicy,
@@ -252,6 +257,21 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 			if ev.Path != "" {
 				s.shared[objKey{ev.Namespace, ev.Path}] = e.Host
 			}
+		case msg.EvStale:
+			// The published records went stale: the next want shares it
+			// again, with fresh records.
+			k := objKey{ev.Namespace, ev.Path}
+			delete(s.shared, k)
+			s.staleRound[k]++
+			continue
+		case msg.EvImported:
+			if ev.Path != "" {
+				k := objKey{ev.Namespace, ev.Path}
+				if s.importers[k] == nil {
+					s.importers[k] = map[string]bool{}
+				}
+				s.importers[k][e.Host] = true
+			}
 		}
 		switch ev.Kind {
 		case msg.EvStored, msg.EvMoved, msg.EvShared, msg.EvImported:
@@ -275,6 +295,12 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 				s.unviewLocked(e.Host, k)
 				if s.shared[k] == e.Host {
 					delete(s.shared, k)
+				}
+				if m := s.importers[k]; m != nil {
+					delete(m, e.Host)
+					if len(m) == 0 {
+						delete(s.importers, k)
+					}
 				}
 			}
 		}
@@ -322,6 +348,10 @@ func parentDir(p string) string {
 	return ""
 }
 
+// shareRetryAfter is how long after a failed share a name is not asked
+// for again.
+const shareRetryAfter = 2 * time.Second
+
 // maxSharePerWant bounds the share commands one wanted directory causes.
 const maxSharePerWant = 256
 
@@ -356,9 +386,14 @@ func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
 	if _, done := s.shared[k]; done {
 		return nil
 	}
+	if at, failed := s.shareFailAt[k]; failed && time.Since(at) < shareRetryAfter {
+		return nil // the last share failed (pool full?): do not flood the holder
+	}
+	// Only a host that computed the file can share it: an importer's
+	// copy is the pool record itself.
 	var holders []string
 	for h := range s.view[k] {
-		if h != host {
+		if h != host && !s.importers[k][h] {
 			holders = append(holders, h)
 		}
 	}
@@ -372,8 +407,13 @@ func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
 		return nil // the holder has no usable pool
 	}
 	id := s.view[k][h]
-	return &msg.Command{ID: msg.CommandID(msg.OpShare, h, hv.boot, id), Host: h, Op: msg.OpShare,
-		Namespace: k.ns, Path: k.path, Object: id, Boot: hv.boot, Reason: "wanted by " + host}
+	round := s.staleRound[k]
+	// A failed share (pool full, link down) may be asked again: the try
+	// count makes it a new command id (ids are applied at most once).
+	cid := msg.CommandID(msg.OpShare, h, hv.boot, id, round, s.shareTry[k])
+	s.shareKey[cid] = k
+	return &msg.Command{ID: cid, Host: h, Op: msg.OpShare,
+		Namespace: k.ns, Path: k.path, Object: id, Boot: hv.boot, Force: round > 0, Reason: "wanted by " + host}
 }
 
 func (s *Scheduler) unviewLocked(host string, k objKey) {
@@ -390,6 +430,13 @@ func (s *Scheduler) onAck(a *msg.Ack) {
 	defer s.mu.Unlock()
 	s.stats.Acks[a.Status]++
 	delete(s.sent, a.ID)
+	if k, ok := s.shareKey[a.ID]; ok {
+		delete(s.shareKey, a.ID)
+		if a.Status != msg.AckOK && a.Status != msg.AckDuplicate {
+			s.shareTry[k]++
+			s.shareFailAt[k] = time.Now()
+		}
+	}
 	if w := s.waits[a.ID]; w != nil {
 		select {
 		case w <- *a:

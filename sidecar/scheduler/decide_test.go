@@ -27,6 +27,11 @@ func decider(t *testing.T, cfg Config) *Scheduler {
 	s.waits = map[string]chan msg.Ack{}
 	s.shared = map[objKey]string{}
 	s.dirs = map[objKey]map[objKey]struct{}{}
+	s.importers = map[objKey]map[string]bool{}
+	s.staleRound = map[objKey]int{}
+	s.shareTry = map[objKey]int{}
+	s.shareKey = map[string]objKey{}
+	s.shareFailAt = map[objKey]time.Time{}
 	return s
 }
 

@@ -11,7 +11,7 @@ import (
 // extent count, from the hosts' latest reports. s.mu held.
 func (s *Scheduler) poolUseLocked() (held, extents int) {
 	for _, hv := range s.hosts {
-		if hv.last == nil || hv.last.Pool == nil {
+		if !poolLive(hv) {
 			continue
 		}
 		held += len(hv.last.Pool.Held)
@@ -47,11 +47,15 @@ func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
 		}
 	}
 	var cands []cand
+	recent := now.Add(-reclaimMinAge).UnixNano()
 	for h, hv := range s.hosts {
-		if hv.last == nil || hv.last.Pool == nil {
-			continue
+		if !poolLive(hv) {
+			continue // a silent host's leases lapse by themselves
 		}
 		for _, e := range hv.last.Pool.Held {
+			if hv.last.Pool.LastWrite[e] > recent {
+				continue // still being filled: reclaiming it would thrash
+			}
 			cands = append(cands, cand{h, hv.boot, e, lastUse[e]})
 		}
 	}
@@ -71,4 +75,22 @@ func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
 			Reason: "pool above its high watermark"})
 	}
 	return out
+}
+
+// reclaimMinAge: extents written more recently than this are not
+// reclaimed.
+const reclaimMinAge = 2 * time.Second
+
+// poolLive reports whether hv has a pool and reported within three of its
+// intervals (a host that stopped reporting cannot reclaim; its leases
+// expire on their own and other hosts take the extents).
+func poolLive(hv *hostView) bool {
+	if hv.last == nil || hv.last.Pool == nil {
+		return false
+	}
+	iv := time.Duration(hv.last.Interval) * time.Millisecond
+	if iv <= 0 {
+		iv = time.Second
+	}
+	return time.Since(hv.seen) <= 3*iv+time.Second
 }

@@ -114,8 +114,18 @@ type Scheduler struct {
 	waits  map[string]chan msg.Ack        // command id → waiter (requests)
 	shared map[objKey]string              // names published to the pool → owner host
 	dirs   map[objKey]map[objKey]struct{} // directory → names under it (any depth) in view
-	res    *bus.Resources
-	stats  Stats
+	// importers: hosts holding a name only as an import of the pool.
+	importers map[objKey]map[string]bool
+	// staleRound counts the times a name's pool records went stale (its
+	// next share is forced, under a new command id).
+	staleRound map[objKey]int
+	// shareTry counts failed shares of a name; shareKey maps a pending
+	// share command id to its name.
+	shareTry    map[objKey]int
+	shareKey    map[string]objKey
+	shareFailAt map[objKey]time.Time
+	res         *bus.Resources
+	stats       Stats
 }
 
 type objKey struct{ ns, path string }

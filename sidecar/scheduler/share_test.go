@@ -84,7 +84,7 @@ func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
 		use := map[uint32]int64{}
 		for e := uint32(i * 5); e < uint32(i*5+5); e++ {
 			held = append(held, e)
-			use[e] = now.Add(time.Duration(e) * time.Second).UnixNano() // extent 0 oldest
+			use[e] = now.Add(-time.Duration(100-e) * time.Second).UnixNano() // extent 0 oldest
 		}
 		hv := s.hostLocked(h, dBoot)
 		hv.last = &msg.Report{Host: h, Boot: dBoot, Pool: &msg.Pool{Extents: 10, Held: held, LastUse: use}}
@@ -113,5 +113,39 @@ func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
 	s.mu.Unlock()
 	if len(cmds) != 0 {
 		t.Fatalf("reclaim under the watermark: %+v", cmds)
+	}
+}
+
+func TestStaleShareIsForcedAgainFromAComputingHost(t *testing.T) {
+	s := decider(t, Config{})
+	stored(s, "a", &msg.Pool{Extents: 10}, "f")
+	first := wanted(s, "b", "f")
+	if len(first) != 1 || first[0].Force {
+		t.Fatalf("first share: %+v", first)
+	}
+	// a shares it; b imports it (b is now a holder, but only of the pool
+	// record); then c finds the record stale.
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvShared, Namespace: "ns", Path: "f", ID: 1}}})
+	s.onEvents(&msg.Events{V: msg.Version, Host: "b", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvImported, Namespace: "ns", Path: "f", ID: 9}}})
+	s.mu.Lock()
+	s.hosts["b"].last = &msg.Report{V: msg.Version, Host: "b", Boot: dBoot, Pool: &msg.Pool{Extents: 10}}
+	s.mu.Unlock()
+	s.onEvents(&msg.Events{V: msg.Version, Host: "c", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvStale, Namespace: "ns", Path: "f"}}})
+	again := wanted(s, "c", "f")
+	if len(again) != 1 || again[0].Host != "a" || !again[0].Force || again[0].ID == first[0].ID {
+		t.Fatalf("share after stale: %+v (first %s)", again, first[0].ID)
+	}
+	// Only importers hold it: nobody can share it.
+	s2 := decider(t, Config{})
+	s2.onEvents(&msg.Events{V: msg.Version, Host: "b", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvImported, Namespace: "ns", Path: "g", ID: 4}}})
+	s2.mu.Lock()
+	s2.hosts["b"].last = &msg.Report{V: msg.Version, Host: "b", Boot: dBoot, Pool: &msg.Pool{Extents: 10}}
+	s2.mu.Unlock()
+	if cmds := wanted(s2, "c", "g"); len(cmds) != 0 {
+		t.Fatalf("an importer was asked to share: %+v", cmds)
 	}
 }
