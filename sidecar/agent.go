@@ -112,6 +112,7 @@ type Agent struct {
 	// shares it).
 	eventsDue  atomic.Bool
 	lastWanted atomic.Int64 // unix ns of the last early publish of wanted names
+	dupWarned  atomic.Int64 // unix ns of the last duplicate-host warning
 	flushNow   chan struct{}
 }
 
@@ -129,6 +130,7 @@ type counters struct {
 	published, events, liveness      atomic.Int64
 	applied, duplicates, failed      atomic.Int64
 	malformed, publishErr, connected atomic.Int64
+	dupHost                          atomic.Int64
 }
 
 // maxPendingEvents bounds queued object events (oldest dropped first).
@@ -343,6 +345,9 @@ type Stats struct {
 	DroppedMessages int64  `json:"dropped_messages"`
 	DroppedEvents   int64  `json:"dropped_events"`
 	TrackedObjects  int    `json:"tracked_objects"`
+	// DuplicateHost counts reports that found this host name's liveness
+	// record written by another daemon.
+	DuplicateHost int64 `json:"duplicate_host"`
 }
 
 // Stats returns a snapshot of the agent's counters.
@@ -354,7 +359,8 @@ func (a *Agent) Stats() Stats {
 	return Stats{Host: a.cfg.Host, Connected: a.c.connected.Load() == 1, Published: a.c.published.Load(),
 		Events: a.c.events.Load(), Applied: a.c.applied.Load(), Duplicates: a.c.duplicates.Load(),
 		Failed: a.c.failed.Load(), Malformed: a.c.malformed.Load(), Queued: q, QueuedBytes: qb,
-		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len()}
+		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len(),
+		DuplicateHost: a.c.dupHost.Load()}
 }
 
 // replicaName is the OS host name and pid, for liveness and issuer fields.

@@ -302,3 +302,17 @@ func mustEncode(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+func TestDuplicateHostNameDetected(t *testing.T) {
+	r := newRig(t)
+	a1, _ := r.host(t, "same")
+	a2, _ := r.host(t, "same")
+	eventually(t, "duplicate host name noticed", 15*time.Second, func() bool {
+		return a1.Stats().DuplicateHost > 0 || a2.Stats().DuplicateHost > 0
+	})
+	b, _ := r.host(t, "other")
+	time.Sleep(time.Second)
+	if n := b.Stats().DuplicateHost; n != 0 {
+		t.Fatalf("a unique host name reported as duplicate %d times", n)
+	}
+}

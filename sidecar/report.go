@@ -199,6 +199,7 @@ func (a *Agent) report(ctx context.Context, res *bus.Resources) {
 		Knobs: rep.Knobs, Applied: a.c.applied.Load(), Pool: rep.Pool}
 	if data, err := msg.Encode(&hs); err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		a.checkDuplicateHost(pctx, res, now)
 		if _, err := res.Hosts.Put(pctx, a.cfg.Host, data); err == nil {
 			a.c.liveness.Add(1)
 		}
@@ -229,4 +230,27 @@ func (a *Agent) flush(ctx context.Context, res *bus.Resources) {
 
 func msgID(boot int64, seq uint64) string {
 	return strconv.FormatInt(boot, 36) + "." + strconv.FormatUint(seq, 36)
+}
+
+// checkDuplicateHost warns (every 30 s at most) when the liveness record
+// of this host name was last written by another daemon (another boot)
+// within the last few intervals: two daemons share a host name, which
+// merges their records and breaks sharing of their files.
+func (a *Agent) checkDuplicateHost(ctx context.Context, res *bus.Resources, now time.Time) {
+	e, err := res.Hosts.Get(ctx, a.cfg.Host)
+	if err != nil {
+		return
+	}
+	var hs msg.HostState
+	if msg.Decode(e.Value(), &hs) != nil || hs.Boot == a.boot {
+		return
+	}
+	if now.Sub(time.Unix(0, hs.Time)) > 3*a.cfg.Interval+time.Second {
+		return // a previous run of this host
+	}
+	a.c.dupHost.Add(1)
+	if last := a.dupWarned.Load(); now.UnixNano()-last > int64(30*time.Second) && a.dupWarned.CompareAndSwap(last, now.UnixNano()) {
+		a.log.Error("another daemon uses this host name on the control bus: give each daemon a unique --host",
+			"host", a.cfg.Host, "other_mount", hs.Mount, "other_boot", hs.Boot)
+	}
 }

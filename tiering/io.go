@@ -67,6 +67,7 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 	}
 	o.mu.RUnlock()
 	if lostErr != nil {
+		s.c.blockReads.Add(1) // a read that missed: the hit ratio counts it
 		s.c.blockMisses.Add(1)
 		s.lose(id, lostErr)
 		return n, fmt.Errorf("read object %d: %w: %v", id, ErrLost, lostErr)

@@ -312,6 +312,16 @@ func TestLostOnRead(t *testing.T) {
 	if _, err := s.Stat(id); !errors.Is(err, ErrNotExist) {
 		t.Fatal("lost object still exists")
 	}
+	// Block 0 was a hit, block 1 a miss: both are block reads, so the hit
+	// ratio is not inflated by the failure.
+	st := s.Stats()
+	var hits int64
+	for _, n := range st.BlockHits {
+		hits += n
+	}
+	if st.BlockMisses != 1 || st.BlockReads != hits+st.BlockMisses {
+		t.Fatalf("block reads %d, hits %d, misses %d: want reads = hits + misses", st.BlockReads, hits, st.BlockMisses)
+	}
 }
 
 func TestConcurrentWritersReaders(t *testing.T) {
