@@ -36,7 +36,7 @@ func Serve(ctx context.Context, addr string, snap SnapshotFunc, version string) 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics: listen %s: %w", addr, err)
+		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return ServeListener(ctx, ln, snap, version)
 }
@@ -53,7 +53,7 @@ func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, vers
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case err := <-done:
-		return fmt.Errorf("metrics: serve: %w", err)
+		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -63,7 +63,7 @@ func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, vers
 		err = serr
 	}
 	if err != nil {
-		return fmt.Errorf("metrics: shutdown: %w", err)
+		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
 }
