@@ -232,6 +232,7 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 	}
 	var res *bus.Resources
 	var cc jetstream.ConsumeContext
+	var ccReconnects uint64 // the connection's reconnect count when cc started
 	consumeBroken := make(chan struct{}, 1)
 	defer func() {
 		if cc != nil {
@@ -252,6 +253,13 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 					res = r
 				}
 			}
+			if cc != nil && nc.Stats().Reconnects != ccReconnects {
+				// The connection was re-established (NATS restarted):
+				// start a fresh pull loop rather than trust the old one
+				// to have resumed.
+				cc.Stop()
+				cc = nil
+			}
 			if res != nil && cc == nil {
 				c, err := a.consume(ctx, res, cmds, consumeBroken)
 				if err != nil {
@@ -259,6 +267,7 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 					res = nil // re-ensure next round
 				} else {
 					cc = c
+					ccReconnects = nc.Stats().Reconnects
 				}
 			}
 		} else {
@@ -320,7 +329,7 @@ func (a *Agent) consume(ctx context.Context, res *bus.Resources, cmds chan<- jet
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-			errors.Is(err, jetstream.ErrStreamNotFound) {
+			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoHeartbeat) {
 			a.log.Warn("control bus: command consumer lost; recreating", "err", err)
 			select {
 			case broken <- struct{}{}:

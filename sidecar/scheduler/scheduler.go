@@ -209,6 +209,7 @@ func (s *Scheduler) Run(ctx context.Context, nc *nats.Conn) error {
 	var res *bus.Resources
 	var rev uint64
 	var act *acting
+	var actReconnects uint64
 	stop := func() {
 		if act != nil {
 			act.stop()
@@ -261,6 +262,7 @@ func (s *Scheduler) Run(ctx context.Context, nc *nats.Conn) error {
 						stop()
 					} else {
 						act = a
+						actReconnects = nc.Stats().Reconnects
 					}
 				} else if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
 					res = nil
@@ -290,6 +292,22 @@ func (s *Scheduler) Run(ctx context.Context, nc *nats.Conn) error {
 				}
 				if err == nil && act != nil {
 					act.renewed = time.Now()
+					if nc.Stats().Reconnects != actReconnects {
+						// NATS came back: restart the telemetry consumer and
+						// the request subscriptions, and rebuild the view.
+						act.stop()
+						act = nil
+						if a, err := s.startActing(ctx, res, nc); err != nil {
+							s.log.Warn("scheduler: cannot act again after a reconnect; releasing", "err", err)
+							_ = res.Scheduler.Delete(cctx, msg.LeaderKey, jetstream.LastRevision(rev))
+							rev = 0
+							stop()
+						} else {
+							act = a
+							actReconnects = nc.Stats().Reconnects
+							s.log.Info("scheduler: resumed after a reconnect")
+						}
+					}
 				}
 			}
 			cancel()
