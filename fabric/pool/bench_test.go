@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"errors"
 	"path/filepath"
@@ -55,9 +57,9 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	b.Cleanup(func() { unix.Close(fd) })
 	e := &benchEnv{p: p, raw: fd, size: benchExtents * DefaultExtentSize}
-	buf := alignedAlloc(4 * mib)
+	buf := directio.AlignedAlloc(4 * mib)
 	for off := int64(0); off < e.size; off += int64(len(buf)) {
-		if err := pwriteFull(fd, buf, DataStart+off); err != nil {
+		if err := directio.PwriteFull(fd, buf, DataStart+off); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -66,7 +68,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 }
 
 func benchData() []byte {
-	d := alignedAlloc(benchBlock)
+	d := directio.AlignedAlloc(benchBlock)
 	for i := range d {
 		d[i] = byte(i * 7)
 	}
@@ -105,7 +107,7 @@ func (e *benchEnv) rawPutLoop(b *testing.B) {
 	b.SetBytes(benchBlock)
 	var off int64
 	for b.Loop() {
-		if err := pwriteFull(e.raw, data, DataStart+off); err != nil {
+		if err := directio.PwriteFull(e.raw, data, DataStart+off); err != nil {
 			b.Fatal(err)
 		}
 		off = (off + benchBlock) % e.size
@@ -144,10 +146,10 @@ func BenchmarkPoolGet(b *testing.B) {
 		}
 	})
 	b.Run("raw-"+m, func(b *testing.B) {
-		dst := alignedAlloc(benchBlock)
+		dst := directio.AlignedAlloc(benchBlock)
 		b.SetBytes(benchBlock)
 		for i := 0; b.Loop(); i++ {
-			if err := preadFull(e.raw, dst, locs[i%len(locs)].Offset+headerSize); err != nil {
+			if err := directio.PreadFull(e.raw, dst, locs[i%len(locs)].Offset+headerSize); err != nil {
 				b.Fatal(err)
 			}
 		}

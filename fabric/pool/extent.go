@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -81,17 +83,17 @@ func decodeExtentHeader(buf []byte) (extentHeader, error) {
 // stampExtent writes the extent header for lease l (held by host) and
 // reads it back. The caller holds l.
 func (p *Pool) stampExtent(l Lease, host string, now time.Time) error {
-	buf := p.bufs.get(pageSize)
-	defer p.bufs.put(buf)
+	buf := p.bufs.Get(pageSize)
+	defer p.bufs.Put(buf)
 	encodeExtentHeader(buf, &extentHeader{extent: l.Extent, poolID: p.sb.PoolID, epoch: l.Epoch, stamped: now, host: host})
-	back := p.bufs.get(pageSize)
-	defer p.bufs.put(back)
+	back := p.bufs.Get(pageSize)
+	defer p.bufs.Put(back)
 	off := p.ExtentOffset(l.Extent)
 	return p.io(func(fd int) error {
-		if err := pwriteFull(fd, buf, off); err != nil {
+		if err := directio.PwriteFull(fd, buf, off); err != nil {
 			return fmt.Errorf("pool: stamp %v: %w", l, err)
 		}
-		if err := preadFull(fd, back, off); err != nil {
+		if err := directio.PreadFull(fd, back, off); err != nil {
 			return fmt.Errorf("pool: read back stamp of %v: %w", l, err)
 		}
 		if !bytes.Equal(back, buf) {
@@ -106,9 +108,9 @@ func (p *Pool) stampExtent(l Lease, host string, now time.Time) error {
 // extent holds another epoch or none (leased again, reclaimed), and one
 // wrapping tier.ErrCorrupt when the header is damaged.
 func (p *Pool) checkStamp(e uint32, epoch uint64) error {
-	buf := p.bufs.get(pageSize)
-	defer p.bufs.put(buf)
-	if err := p.io(func(fd int) error { return preadFull(fd, buf, p.ExtentOffset(e)) }); err != nil {
+	buf := p.bufs.Get(pageSize)
+	defer p.bufs.Put(buf)
+	if err := p.io(func(fd int) error { return directio.PreadFull(fd, buf, p.ExtentOffset(e)) }); err != nil {
 		return err
 	}
 	h, err := decodeExtentHeader(buf)

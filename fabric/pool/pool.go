@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"crypto/rand"
 	"errors"
@@ -50,7 +52,7 @@ type Pool struct {
 	path string
 	sb   Superblock
 	mode IOMode
-	bufs bufPool
+	bufs directio.BufPool
 
 	mu     sync.RWMutex // read-held during I/O, write-held by Close
 	fd     int
@@ -83,9 +85,9 @@ func Format(path string, opts FormatOptions) (Superblock, error) {
 	if err != nil {
 		return Superblock{}, fmt.Errorf("pool: size %s: %w", path, err)
 	}
-	buf := alignedAlloc(pageSize)
+	buf := directio.AlignedAlloc(pageSize)
 	if size >= pageSize {
-		if err := preadFull(fd, buf, 0); err != nil {
+		if err := directio.PreadFull(fd, buf, 0); err != nil {
 			return Superblock{}, fmt.Errorf("pool: read superblock of %s: %w", path, err)
 		}
 		if old, err := decodeSuperblock(buf); err == nil && !opts.Force {
@@ -115,12 +117,12 @@ func Format(path string, opts FormatOptions) (Superblock, error) {
 	// nothing; records of an earlier format fail the pool-id check anyway.
 	clear(buf)
 	for e := range s.ExtentCount {
-		if err := pwriteFull(fd, buf, s.ExtentOffset(e)); err != nil {
+		if err := directio.PwriteFull(fd, buf, s.ExtentOffset(e)); err != nil {
 			return Superblock{}, fmt.Errorf("pool: wipe extent %d of %s: %w", e, path, err)
 		}
 	}
 	encodeSuperblock(buf, s)
-	if err := pwriteFull(fd, buf, 0); err != nil {
+	if err := directio.PwriteFull(fd, buf, 0); err != nil {
 		return Superblock{}, fmt.Errorf("pool: write superblock of %s: %w", path, err)
 	}
 	if err := unix.Fdatasync(fd); err != nil {
@@ -192,8 +194,8 @@ func openFD(path string, fd int, mode IOMode) (*Pool, error) {
 	if size < pageSize {
 		return nil, fmt.Errorf("%w: %s is %d bytes", ErrNoSuperblock, path, size)
 	}
-	buf := alignedAlloc(pageSize)
-	if err := preadFull(fd, buf, 0); err != nil {
+	buf := directio.AlignedAlloc(pageSize)
+	if err := directio.PreadFull(fd, buf, 0); err != nil {
 		return nil, fmt.Errorf("pool: read superblock of %s: %w", path, err)
 	}
 	sb, err := decodeSuperblock(buf)
@@ -260,11 +262,11 @@ func (p *Pool) Reclaim(ctx context.Context, l Lease) error {
 	if l.Extent >= p.sb.ExtentCount {
 		return fmt.Errorf("pool: reclaim extent %d of %d", l.Extent, p.sb.ExtentCount)
 	}
-	buf := p.bufs.get(pageSize)
-	defer p.bufs.put(buf)
+	buf := p.bufs.Get(pageSize)
+	defer p.bufs.Put(buf)
 	clear(buf)
 	return p.io(func(fd int) error {
-		if err := pwriteFull(fd, buf, p.ExtentOffset(l.Extent)); err != nil {
+		if err := directio.PwriteFull(fd, buf, p.ExtentOffset(l.Extent)); err != nil {
 			return fmt.Errorf("pool: wipe extent %d: %w", l.Extent, err)
 		}
 		return nil

@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"errors"
 	"fmt"
@@ -54,9 +56,9 @@ func (r *Reader) Get(ctx context.Context, k tier.Key, loc Location, dst []byte) 
 		loc.Offset+recLen > sb.ExtentOffset(loc.Extent)+sb.ExtentSize {
 		return 0, fmt.Errorf("pool: get %v: location %v outside the pool or its extent: %w", k, loc, tier.ErrNotFound)
 	}
-	buf := r.p.bufs.get(int(recLen))
-	defer r.p.bufs.put(buf)
-	err := r.p.io(func(fd int) error { return preadFull(fd, buf, loc.Offset) })
+	buf := r.p.bufs.Get(int(recLen))
+	defer r.p.bufs.Put(buf)
+	err := r.p.io(func(fd int) error { return directio.PreadFull(fd, buf, loc.Offset) })
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return 0, fmt.Errorf("pool: get %v at %v: device ends inside the record: %w", k, loc, tier.ErrCorrupt)
 	}

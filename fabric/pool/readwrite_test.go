@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -30,7 +32,7 @@ func roundTrip(t *testing.T, p *Pool) {
 		data := randBytes(rng, n)
 		if i%2 == 1 {
 			// Page-aligned, page-multiple slices take the zero-copy path.
-			a := alignedAlloc(n)
+			a := directio.AlignedAlloc(n)
 			copy(a, data)
 			data = a
 		}

@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"bytes"
 	"context"
 	"errors"
@@ -246,28 +248,28 @@ func (w *Writer) writeVerify(k tier.Key, data []byte, loc Location) error {
 		key: k, payloadCRC: tier.Checksum(data), written: w.clock(), host: w.opts.Host}
 	var rec []byte
 	var err error
-	if isAligned(data) && len(data)%pageSize == 0 {
+	if directio.IsAligned(data) && len(data)%pageSize == 0 {
 		// Zero copy: header page and the caller's aligned payload.
-		rec = w.p.bufs.get(headerSize)
+		rec = w.p.bufs.Get(headerSize)
 		encodeHeader(rec, &h)
-		err = w.p.io(func(fd int) error { return pwritevFull(fd, [][]byte{rec, data}, loc.Offset) })
+		err = w.p.io(func(fd int) error { return directio.PwritevFull(fd, [][]byte{rec, data}, loc.Offset) })
 	} else {
-		rec = w.p.bufs.get(recLen)
+		rec = w.p.bufs.Get(recLen)
 		encodeHeader(rec, &h)
 		n := copy(rec[headerSize:], data)
 		clear(rec[headerSize+n:])
-		err = w.p.io(func(fd int) error { return pwriteFull(fd, rec, loc.Offset) })
+		err = w.p.io(func(fd int) error { return directio.PwriteFull(fd, rec, loc.Offset) })
 	}
-	defer w.p.bufs.put(rec)
+	defer w.p.bufs.Put(rec)
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
 	if w.beforeReadBack != nil {
 		w.beforeReadBack(loc)
 	}
-	back := w.p.bufs.get(recLen)
-	defer w.p.bufs.put(back)
-	if err := w.p.io(func(fd int) error { return preadFull(fd, back, loc.Offset) }); err != nil {
+	back := w.p.bufs.Get(recLen)
+	defer w.p.bufs.Put(back)
+	if err := w.p.io(func(fd int) error { return directio.PreadFull(fd, back, loc.Offset) }); err != nil {
 		return fmt.Errorf("read back: %w", err)
 	}
 	if !bytes.Equal(back[:headerSize], rec[:headerSize]) || !bytes.Equal(back[headerSize:headerSize+len(data)], data) {

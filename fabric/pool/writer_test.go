@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +63,7 @@ func TestConcurrentHosts(t *testing.T) {
 							}
 							data := randBytes(rng, n)
 							if n%pageSize == 0 {
-								a := alignedAlloc(n)
+								a := directio.AlignedAlloc(n)
 								copy(a, data)
 								data = a
 							}

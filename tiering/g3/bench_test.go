@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"path/filepath"
 	"sync/atomic"
@@ -60,9 +62,9 @@ func benchFile(b *testing.B, dir string, size int64) (fd int, direct bool) {
 	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
 		b.Fatal(err)
 	}
-	buf := alignedAlloc(mib)
+	buf := directio.AlignedAlloc(mib)
 	for off := int64(0); off < size; off += mib {
-		if err := pwriteFull(fd, buf, off); err != nil {
+		if err := directio.PwriteFull(fd, buf, off); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -93,12 +95,12 @@ func BenchmarkWrite256K(b *testing.B) {
 		}
 	}, func(b *testing.B, dir string) func(*testing.B) {
 		fd, direct := benchFile(b, dir, benchRegion)
-		buf := alignedAlloc(benchBlock)
+		buf := directio.AlignedAlloc(benchBlock)
 		return func(b *testing.B) {
 			b.SetBytes(benchBlock)
 			b.ResetTimer()
 			for i := range b.N {
-				if err := pwriteFull(fd, buf, int64(i)*benchBlock%benchRegion); err != nil {
+				if err := directio.PwriteFull(fd, buf, int64(i)*benchBlock%benchRegion); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -124,12 +126,12 @@ func BenchmarkRead256K(b *testing.B) {
 		}
 	}, func(b *testing.B, dir string) func(*testing.B) {
 		fd, direct := benchFile(b, dir, benchHot)
-		buf := alignedAlloc(benchBlock)
+		buf := directio.AlignedAlloc(benchBlock)
 		return func(b *testing.B) {
 			b.SetBytes(benchBlock)
 			b.ResetTimer()
 			for i := range b.N {
-				if err := preadFull(fd, buf, int64(i)*benchBlock%benchHot); err != nil {
+				if err := directio.PreadFull(fd, buf, int64(i)*benchBlock%benchHot); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -166,9 +168,9 @@ func BenchmarkWrite256KParallel(b *testing.B) {
 			b.SetParallelism(4)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				buf := alignedAlloc(benchBlock)
+				buf := directio.AlignedAlloc(benchBlock)
 				for pb.Next() {
-					if err := pwriteFull(fd, buf, next.Add(1)*benchBlock%benchRegion); err != nil {
+					if err := directio.PwriteFull(fd, buf, next.Add(1)*benchBlock%benchRegion); err != nil {
 						b.Error(err)
 						return
 					}
@@ -205,9 +207,9 @@ func BenchmarkRead256KParallel(b *testing.B) {
 			b.SetParallelism(4)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				buf := alignedAlloc(benchBlock)
+				buf := directio.AlignedAlloc(benchBlock)
 				for pb.Next() {
-					if err := preadFull(fd, buf, next.Add(1)*benchBlock%benchHot); err != nil {
+					if err := directio.PreadFull(fd, buf, next.Add(1)*benchBlock%benchHot); err != nil {
 						b.Error(err)
 						return
 					}
@@ -233,7 +235,7 @@ func BenchmarkInterleavedWrite256K(b *testing.B) {
 	s := benchStore(b, filepath.Join(dir, "g3"))
 	fd, _ := benchFile(b, dir, benchRegion)
 	data := tiertest.Pattern(k(0, 0), benchBlock, 0)
-	buf := alignedAlloc(benchBlock)
+	buf := directio.AlignedAlloc(benchBlock)
 	copy(buf, data)
 	var tg, tp time.Duration
 	b.SetBytes(2 * benchBlock)
@@ -244,7 +246,7 @@ func BenchmarkInterleavedWrite256K(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := pwriteFull(fd, buf, int64(i)*benchBlock%benchRegion); err != nil {
+		if err := directio.PwriteFull(fd, buf, int64(i)*benchBlock%benchRegion); err != nil {
 			b.Fatal(err)
 		}
 		tp += time.Since(t1)
@@ -259,7 +261,7 @@ func BenchmarkInterleavedRead256K(b *testing.B) {
 	n := fillStore(b, s)
 	fd, _ := benchFile(b, dir, benchHot)
 	p := make([]byte, benchBlock)
-	buf := alignedAlloc(benchBlock)
+	buf := directio.AlignedAlloc(benchBlock)
 	var tg, tp time.Duration
 	b.SetBytes(2 * benchBlock)
 	b.ResetTimer()
@@ -269,7 +271,7 @@ func BenchmarkInterleavedRead256K(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := preadFull(fd, buf, int64(i%n)*benchBlock); err != nil {
+		if err := directio.PreadFull(fd, buf, int64(i%n)*benchBlock); err != nil {
 			b.Fatal(err)
 		}
 		tp += time.Since(t1)

@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"bytes"
 	"context"
 	"errors"
@@ -346,7 +348,7 @@ func TestDeleteSurvivesRestartAcrossSegments(t *testing.T) {
 func TestFormatRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 4096, 4097, tier.MaxBlockSize} {
 		key := tier.Key{Namespace: "namespace", Object: 7, Index: 9, Gen: 3}
-		buf := alignedAlloc(recordLen(key.Namespace, n))
+		buf := directio.AlignedAlloc(recordLen(key.Namespace, n))
 		hl := headerLen(key.Namespace, n)
 		copy(buf[hl:], tiertest.Pattern(key, n, 0))
 		encodeRecord(buf, recBlock, key, n, 42, 1000)

@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"errors"
 	"fmt"
 	"os"
@@ -127,15 +129,15 @@ func (s *Store) recover() error {
 // it hides stays hidden. The rest of the torn record holds no header of
 // this segment (its salt is random) and is skipped page by page.
 func (s *Store) repair(seg *segment, off int64, typ uint8, k tier.Key, seq uint64) error {
-	buf := s.bufs.get(pageSize)
-	defer s.bufs.put(buf)
+	buf := s.bufs.Get(pageSize)
+	defer s.bufs.Put(buf)
 	clear(buf)
 	if typ == recPad {
 		encodePad(buf, pageSize, seg.salt, 0)
 	} else {
 		encodeRecord(buf, recTomb, k, 0, seg.salt, seq)
 	}
-	if err := pwriteFull(seg.fd, buf, off); err != nil {
+	if err := directio.PwriteFull(seg.fd, buf, off); err != nil {
 		return ioErr("repair torn record", seg.path, err)
 	}
 	return nil
@@ -241,8 +243,8 @@ func (s *Store) scanSegment(seg *segment, verify bool) (recs []scanned, damaged 
 // CRC32C.
 func (s *Store) verifyPayload(seg *segment, r record, off int64) (bool, error) {
 	crc := r.payloadCRC
-	buf := s.bufs.get(roundUp(int(r.payloadLen)))
-	defer s.bufs.put(buf)
+	buf := s.bufs.Get(roundUp(int(r.payloadLen)))
+	defer s.bufs.Put(buf)
 	if err := s.readAt(seg, buf, off+int64(r.hdrLen)); err != nil {
 		return false, ioErr("scan", seg.path, err)
 	}
@@ -269,7 +271,7 @@ func (rd *pageReader) read(off int64, n int) ([]byte, error) {
 		return b, nil
 	}
 	if rd.chunk == nil {
-		rd.chunk = rd.s.bufs.get(scanChunk)
+		rd.chunk = rd.s.bufs.Get(scanChunk)
 	}
 	want := n
 	if rd.sequential {
@@ -285,6 +287,6 @@ func (rd *pageReader) read(off int64, n int) ([]byte, error) {
 
 func (rd *pageReader) free() {
 	if rd.chunk != nil {
-		rd.s.bufs.put(rd.chunk)
+		rd.s.bufs.Put(rd.chunk)
 	}
 }

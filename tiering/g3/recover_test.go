@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +50,7 @@ func endOfRecords(t testing.TB, path string) (int64, uint64) {
 
 // craft builds a complete block record of key (Pattern payload, salt 0).
 func craft(key tier.Key, n int, salt, seq uint64) []byte {
-	buf := alignedAlloc(recordLen(key.Namespace, n))
+	buf := directio.AlignedAlloc(recordLen(key.Namespace, n))
 	copy(buf[headerLen(key.Namespace, n):], tiertest.Pattern(key, n, 0))
 	encodeRecord(buf, recBlock, key, n, salt, seq)
 	return buf

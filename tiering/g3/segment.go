@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -128,10 +130,10 @@ func (s *Store) stampHeader(fd int, id uint64, size int64) (segHeader, error) {
 		return segHeader{}, err
 	}
 	h := segHeader{id: id, salt: binary.LittleEndian.Uint64(rnd[:]), segBytes: uint64(size), created: uint64(time.Now().UnixNano())}
-	buf := s.bufs.get(segHeaderLen)
-	defer s.bufs.put(buf)
+	buf := s.bufs.Get(segHeaderLen)
+	defer s.bufs.Put(buf)
 	encodeSegHeader(buf, h)
-	return h, pwriteFull(fd, buf, 0)
+	return h, directio.PwriteFull(fd, buf, 0)
 }
 
 // openSpare opens a spare file left by an earlier run.
@@ -162,14 +164,14 @@ func (s *Store) openSegment(id uint64) (*segment, error) {
 	if err != nil {
 		return nil, ioErr("open segment", path, err)
 	}
-	buf := s.bufs.get(segHeaderLen)
-	defer s.bufs.put(buf)
+	buf := s.bufs.Get(segHeaderLen)
+	defer s.bufs.Put(buf)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, ioErr("stat segment", path, err)
 	}
-	err = preadFull(fd, buf, 0)
+	err = directio.PreadFull(fd, buf, 0)
 	h, ok := decodeSegHeader(buf)
 	if err != nil || !ok || h.id != id || int64(h.segBytes) > st.Size {
 		unix.Close(fd)

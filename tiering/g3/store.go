@@ -1,6 +1,8 @@
 package g3
 
 import (
+	"github.com/ctxmem/ctxmemd/internal/directio"
+
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +31,7 @@ type Store struct {
 	direct   bool
 	maxBlock int
 	lockFD   int
-	bufs     bufPool
+	bufs     directio.BufPool
 
 	rollMu sync.Mutex
 
@@ -181,12 +183,12 @@ func (s *Store) Put(ctx context.Context, k tier.Key, data []byte) error {
 	// buffer that is (Go allocates large slices page-aligned) is written
 	// in place; otherwise the payload is copied into an aligned buffer.
 	full := len(data) &^ (pageSize - 1)
-	inPlace := full > 0 && (!s.direct || isAligned(data))
+	inPlace := full > 0 && (!s.direct || directio.IsAligned(data))
 	var hdr []byte
 	var iovs [][]byte
 	if inPlace {
-		hdr = s.bufs.get(hl + pageSize)
-		defer s.bufs.put(hdr)
+		hdr = s.bufs.Get(hl + pageSize)
+		defer s.bufs.Put(hdr)
 		clear(hdr)
 		iovs = [][]byte{hdr[:hl], data[:full]}
 		if tail := data[full:]; len(tail) > 0 {
@@ -195,8 +197,8 @@ func (s *Store) Put(ctx context.Context, k tier.Key, data []byte) error {
 		}
 		hdr = hdr[:hl]
 	} else {
-		buf := s.bufs.get(rl)
-		defer s.bufs.put(buf)
+		buf := s.bufs.Get(rl)
+		defer s.bufs.Put(buf)
 		clear(buf[:hl])
 		copy(buf[hl:], data)
 		clear(buf[hl+len(data):])
@@ -232,8 +234,8 @@ func (s *Store) Delete(ctx context.Context, k tier.Key) error {
 	if !ok || e.tomb {
 		return nil
 	}
-	buf := s.bufs.get(pageSize)
-	defer s.bufs.put(buf)
+	buf := s.bufs.Get(pageSize)
+	defer s.bufs.Put(buf)
 	clear(buf)
 	seg, off, seq, err := s.reserve(ctx, pageSize)
 	if err != nil {
@@ -283,17 +285,17 @@ func (s *Store) reserve(ctx context.Context, n int) (*segment, int64, uint64, er
 // the record's first page with a pad header, so that a scan at Open skips
 // the region instead of finding a half-written record.
 func (s *Store) writeRecord(seg *segment, iovs [][]byte, recLen int, off int64) error {
-	err := pwritevFull(seg.fd, iovs, off)
+	err := directio.PwritevFull(seg.fd, iovs, off)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		s.st.noSpace.Add(1)
 	}
-	pad := s.bufs.get(pageSize)
-	defer s.bufs.put(pad)
+	pad := s.bufs.Get(pageSize)
+	defer s.bufs.Put(pad)
 	encodePad(pad, recLen, seg.salt, 0)
-	if perr := pwriteFull(seg.fd, pad, off); perr != nil {
+	if perr := directio.PwriteFull(seg.fd, pad, off); perr != nil {
 		s.log.Error("G3 write failed and the pad over it too", "segment", seg.path, "off", off, "err", err, "pad_err", perr)
 	}
 	return ioErr("write", seg.path, err)
@@ -363,28 +365,28 @@ func (s *Store) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, 
 	p0 := int(off / pageSize)
 	p1 := pagesOf(int(off) + n)
 	hl := int(e.hdrLen)
-	hdr := s.bufs.get(hl)
-	defer s.bufs.put(hdr)
+	hdr := s.bufs.Get(hl)
+	defer s.bufs.Put(hdr)
 	// a holds payload pages from p0 on; b, if set, the payload bytes of the
 	// page after a. When the range starts on a page and p can take O_DIRECT
 	// I/O, whole pages are read straight into p (a aliases p) and only a
 	// partial last page goes through a pooled buffer (b).
 	var a, b []byte
-	inPlace := off%pageSize == 0 && n >= pageSize && (!s.direct || isAligned(p))
+	inPlace := off%pageSize == 0 && n >= pageSize && (!s.direct || directio.IsAligned(p))
 	var iovs [][]byte
 	if inPlace {
 		m := n / pageSize
 		a = p[:m*pageSize]
 		iovs = [][]byte{a}
 		if n > len(a) {
-			tail := s.bufs.get(pageSize)
-			defer s.bufs.put(tail)
+			tail := s.bufs.Get(pageSize)
+			defer s.bufs.Put(tail)
 			iovs = append(iovs, tail)
 			b = tail[:min(pageSize, int(plen)-(p0+m)*pageSize)]
 		}
 	} else {
-		pages := s.bufs.get((p1 - p0) * pageSize)
-		defer s.bufs.put(pages)
+		pages := s.bufs.Get((p1 - p0) * pageSize)
+		defer s.bufs.Put(pages)
 		iovs = [][]byte{pages}
 		a = pages[:min(p1*pageSize, int(plen))-p0*pageSize]
 	}
@@ -436,9 +438,9 @@ func (s *Store) readvAt(seg *segment, iovs [][]byte, off int64) error {
 		return errShortSegment
 	}
 	if len(iovs) == 1 {
-		return preadFull(seg.fd, iovs[0], off)
+		return directio.PreadFull(seg.fd, iovs[0], off)
 	}
-	return preadvFull(seg.fd, iovs, off)
+	return directio.PreadvFull(seg.fd, iovs, off)
 }
 
 var errShortSegment = errors.New("g3: record runs past the end of its segment")
