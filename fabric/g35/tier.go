@@ -150,7 +150,13 @@ func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, e
 	if off >= n {
 		return 0, nil
 	}
-	buf := make([]byte, n)
+	// The reader verifies into its own aligned buffer and copies the
+	// verified bytes out: read whole-block requests (promotions, the
+	// common case) straight into p, others through a scratch buffer.
+	buf := p
+	if off != 0 || int64(len(p)) < n {
+		buf = make([]byte, n)
+	}
 	if _, err := t.r.Get(ctx, ref.Key, ref.Loc, buf); err != nil {
 		if t.opts.OnStale != nil {
 			t.opts.OnStale(k, ref, err)
@@ -159,6 +165,9 @@ func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, e
 		return 0, err
 	}
 	t.used(ref.Loc.Extent)
+	if off == 0 && int64(len(p)) >= n {
+		return int(n), nil
+	}
 	return copy(p, buf[off:]), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -106,5 +107,52 @@ func TestPutGetAliasAcrossHosts(t *testing.T) {
 	}
 	if len(a.ExtentUse()) == 0 {
 		t.Fatal("no extent use recorded")
+	}
+}
+
+func TestCorruptRecordIsAMissAndReported(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "pool.img")
+	if _, err := pool.Format(path, pool.FormatOptions{Size: 8 << 20, ExtentSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pool.Open(path, pool.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pool.NewWriter(ctx, p, pool.NewMemLeases(7, pool.MemLeaseOptions{}).Leaser("a"), pool.WriterOptions{Host: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale []tier.Key
+	tr := New(p, w, Options{OnStale: func(k tier.Key, _ Ref, _ error) { stale = append(stale, k) }})
+	defer tr.Close()
+	k := tier.Key{Namespace: "ns", Object: 1, Index: 0, Gen: 1}
+	data := bytes.Repeat([]byte{0xab}, 8192)
+	if err := tr.Put(ctx, k, data); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := tr.Location(k)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip one payload byte (the record header is the first 4 KiB).
+	if _, err := f.WriteAt([]byte{0x00}, ref.Loc.Offset+4096+100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got := make([]byte, len(data))
+	if _, err := tr.Get(ctx, k, got, 0); !errors.Is(err, tier.ErrCorrupt) {
+		t.Fatalf("read of a corrupt record: %v, want ErrCorrupt", err)
+	}
+	if bytes.Contains(got, []byte{0xab}) {
+		t.Fatal("bytes of the corrupt record reached the caller")
+	}
+	if len(stale) != 1 || stale[0] != k {
+		t.Fatalf("OnStale saw %v", stale)
+	}
+	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("the corrupt record is still mapped: %v", err)
 	}
 }
