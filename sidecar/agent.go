@@ -90,11 +90,11 @@ type Agent struct {
 
 	evMu    sync.Mutex
 	pending []pendingEvent // stored/removed events not yet published
-	wanted  [][2]string    // (namespace, path) looked up here and found nowhere
-	// staleNames are shared files whose pool record was found stale here.
-	staleNames [][2]string
-	evDrop     int64
-	sh         *shareState
+	// named are events that carry their name already: wanted (looked up
+	// here, found nowhere) and stale (a shared file's pool record).
+	named  []msg.Event
+	evDrop int64
+	sh     *shareState
 
 	seenMu sync.Mutex
 	seen   map[string]struct{} // command ids applied by this process

@@ -127,56 +127,44 @@ const eventBatch = 1000
 // takeEvents turns the queued object events into Events messages.
 func (a *Agent) takeEvents(now time.Time) []*msg.Events {
 	a.evMu.Lock()
-	pend := a.pending
-	wanted := a.wanted
-	stale := a.staleNames
-	a.pending, a.wanted, a.staleNames = nil, nil, nil
+	pend, named := a.pending, a.named
+	a.pending, a.named = nil, nil
 	a.evMu.Unlock()
 	var out []*msg.Events
-	var cur *msg.Events
-	var retry []pendingEvent
-	defer func() {
-		if len(retry) > 0 {
-			a.evMu.Lock()
-			a.pending = append(retry, a.pending...)
-			a.evMu.Unlock()
+	add := func(ev msg.Event) {
+		if len(out) == 0 || len(out[len(out)-1].Events) == eventBatch {
+			out = append(out, &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()})
 		}
-	}()
+		cur := out[len(out)-1]
+		cur.Events = append(cur.Events, ev)
+	}
+	var retry []pendingEvent
 	for _, p := range pend {
 		ev := msg.Event{Kind: p.kind, ID: uint64(p.id)}
-		if p.kind == msg.EvStored || p.kind == msg.EvMoved || p.kind == msg.EvShared || p.kind == msg.EvImported {
+		if p.kind != msg.EvRemoved {
+			res, err := a.store.Residency(p.id)
+			if err != nil {
+				continue // gone already: its removed event follows
+			}
 			ns, path, ok := a.files.Path(p.id)
 			if !ok {
-				if _, err := a.store.Residency(p.id); err == nil && p.tries < nameTries {
+				if p.tries < nameTries {
 					p.tries++
 					retry = append(retry, p) // not linked yet: next interval
 				}
 				continue
 			}
-			ev.Namespace, ev.Path = ns, path
-			if res, err := a.store.Residency(p.id); err == nil {
-				ev.Where, ev.Size = where(res), res.Size
-			}
+			ev.Namespace, ev.Path, ev.Where, ev.Size = ns, path, where(res), res.Size
 		}
-		if cur == nil || len(cur.Events) == eventBatch {
-			cur = &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()}
-			out = append(out, cur)
-		}
-		cur.Events = append(cur.Events, ev)
+		add(ev)
 	}
-	for _, w := range wanted {
-		if cur == nil || len(cur.Events) == eventBatch {
-			cur = &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()}
-			out = append(out, cur)
-		}
-		cur.Events = append(cur.Events, msg.Event{Kind: msg.EvWanted, Namespace: w[0], Path: w[1]})
+	for _, ev := range named {
+		add(ev)
 	}
-	for _, w := range stale {
-		if cur == nil || len(cur.Events) == eventBatch {
-			cur = &msg.Events{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano()}
-			out = append(out, cur)
-		}
-		cur.Events = append(cur.Events, msg.Event{Kind: msg.EvStale, Namespace: w[0], Path: w[1]})
+	if len(retry) > 0 {
+		a.evMu.Lock()
+		a.pending = append(retry, a.pending...)
+		a.evMu.Unlock()
 	}
 	return out
 }

@@ -98,7 +98,9 @@ func (a *Agent) withdrawStale(ctx context.Context, r staleRec) {
 		cancel()
 	}
 	a.evMu.Lock()
-	a.staleNames = append(a.staleNames, [2]string{r.ns, r.path})
+	if len(a.named) < maxPendingEvents {
+		a.named = append(a.named, msg.Event{Kind: msg.EvStale, Namespace: r.ns, Path: r.path})
+	}
 	a.evMu.Unlock()
 }
 
@@ -167,8 +169,8 @@ func (a *Agent) HasDir(ns, path string) bool {
 // Missed implements the FUSE mount's Remote: the name is wanted here.
 func (a *Agent) Missed(ns, path string) {
 	a.evMu.Lock()
-	if len(a.wanted) < maxPendingEvents {
-		a.wanted = append(a.wanted, [2]string{ns, path})
+	if len(a.named) < maxPendingEvents {
+		a.named = append(a.named, msg.Event{Kind: msg.EvWanted, Namespace: ns, Path: path})
 	}
 	a.evMu.Unlock()
 	// Run publishes it now instead of at the next report, at most every
