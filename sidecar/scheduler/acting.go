@@ -278,17 +278,7 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 			if ev.Path == "" {
 				continue
 			}
-			k := objKey{ev.Namespace, ev.Path}
-			if old, ok := hv.byID[ev.ID]; ok && old != k {
-				s.unviewLocked(e.Host, old)
-			}
-			hv.byID[ev.ID] = k
-			m := s.view[k]
-			if m == nil {
-				m = map[string]uint64{}
-				s.addViewLocked(k, m)
-			}
-			m[e.Host] = ev.ID
+			s.holdLocked(hv, e.Host, objKey{ev.Namespace, ev.Path}, ev.ID)
 		case msg.EvRemoved:
 			if k, ok := hv.byID[ev.ID]; ok {
 				delete(hv.byID, ev.ID)
@@ -309,6 +299,21 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 		hv.synced = true
 	}
 	return cmds
+}
+
+// holdLocked records that host (view hv) holds name k as object id; a
+// renamed object leaves its old name. s.mu held.
+func (s *Scheduler) holdLocked(hv *hostView, host string, k objKey, id uint64) {
+	if old, ok := hv.byID[id]; ok && old != k {
+		s.unviewLocked(host, old)
+	}
+	hv.byID[id] = k
+	m := s.view[k]
+	if m == nil {
+		m = map[string]uint64{}
+		s.addViewLocked(k, m)
+	}
+	m[host] = id
 }
 
 // addViewLocked adds a new name to the global view and to the directory

@@ -17,15 +17,10 @@ func (s *Scheduler) onReport(ctx context.Context, res *bus.Resources, r *msg.Rep
 	s.stats.Reports++
 	hv := s.hostLocked(r.Host, r.Boot)
 	hv.last = r
-	for _, o := range append(append([]msg.Object(nil), r.Hot...), r.Cold...) {
-		k := objKey{o.Namespace, o.Path}
-		hv.byID[o.ID] = k
-		m := s.view[k]
-		if m == nil {
-			m = map[string]uint64{}
-			s.addViewLocked(k, m)
+	for _, list := range [][]msg.Object{r.Hot, r.Cold} {
+		for _, o := range list {
+			s.holdLocked(hv, r.Host, objKey{o.Namespace, o.Path}, o.ID)
 		}
-		m[r.Host] = o.ID
 	}
 	var cmds []*msg.Command
 	// A report that waited in the stream (no leader for a while) still
