@@ -56,6 +56,10 @@ type TierUsage struct {
 	// Degraded is set while the tier's backend does not answer (its
 	// latest call failed); it clears by itself on the next success.
 	Degraded bool `json:"degraded"`
+	// Full is set while the tier answers "no space" to write-back (it is
+	// then skipped for a second at a time); it clears on the next put it
+	// takes.
+	Full bool `json:"full"`
 }
 
 // Errors returned by the Store (test with errors.Is). Tier errors
