@@ -18,9 +18,9 @@ import (
 type countingHandler struct{ n atomic.Int64 }
 
 func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *countingHandler) Handle(context.Context, slog.Record) error  { h.n.Add(1); return nil }
-func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler          { return h }
-func (h *countingHandler) WithGroup(string) slog.Handler               { return h }
+func (h *countingHandler) Handle(context.Context, slog.Record) error    { h.n.Add(1); return nil }
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler                { return h }
 
 // TestG2OnlyKeepsFiles is issue 11 item 3: with no tier below G2 a file far
 // smaller than DRAM never disappears after its write returned; under

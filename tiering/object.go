@@ -64,15 +64,15 @@ type blockState struct {
 // alone or innermost. No lock is held while waiting for G2 space or for the
 // dirty bound.
 type object struct {
-	mu        sync.RWMutex
-	id        ObjectID
-	ns        string
-	kind      string
-	bs        int
-	size      int64
-	gen       uint64
-	pinned    bool
-	created   time.Time
+	mu      sync.RWMutex
+	id      ObjectID
+	ns      string
+	kind    string
+	bs      int
+	size    int64
+	gen     uint64
+	pinned  bool
+	created time.Time
 	// lastWrite (unix ns, end of the latest WriteAt) and writers (WriteAt
 	// calls in progress, waits included) keep an object that is being
 	// written from G2-only eviction (evictObject).
