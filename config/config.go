@@ -73,6 +73,11 @@ type Config struct {
 	// DirtyBytes bounds bytes in G2 not yet written back; writers wait above
 	// it. Default DRAM/4.
 	DirtyBytes int64
+	// WriteTimeout bounds how long a write(2) or fsync waits without
+	// write-back progress before it fails (ENOSPC when the tiers below G2
+	// are full, EIO otherwise); also how long write-back retries a file
+	// block while those tiers are unavailable (tiering.Config.WriteTimeout).
+	WriteTimeout time.Duration
 	// BlockSize is the default namespace block size in bytes (power of two,
 	// 4 KiB–4 MiB).
 	BlockSize int

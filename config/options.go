@@ -96,6 +96,8 @@ func table() []Option {
 			func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
 		opt("g4_ttl", "72h", "how long cold blocks are kept in G4 (Go duration, or days as 3d)",
 			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
+		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
+			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("heat_half_life", "60s", "half-life of the block heat score",
 			setDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife }), getDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife })),
 		opt("cold_threshold", "30", "heat score (0-100) under which a block is cold",

@@ -144,6 +144,9 @@ func (c Config) Validate() error {
 	if c.G4TTL <= 0 {
 		bad("g4_ttl", "must be positive")
 	}
+	if c.WriteTimeout < time.Second {
+		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
+	}
 	if c.HeatHalfLife <= 0 {
 		bad("heat_half_life", "must be positive")
 	}

@@ -188,7 +188,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
 		Logger: d.log.With("component", "tiering"),
 	})
