@@ -199,7 +199,8 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return d.fsys.inode(ctx, &d.Inode, n, out), nil, d.fsys.openFlags(), 0
+	h, fl := d.fsys.open(n, flags)
+	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 
 // Tmpfile makes an open regular file with no name (O_TMPFILE). Its object
@@ -209,7 +210,8 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return d.fsys.inode(ctx, &d.Inode, n, out), nil, d.fsys.openFlags(), 0
+	h, fl := d.fsys.open(n, flags)
+	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 
 // Mknod makes regular files only; other node types are EPERM.

@@ -97,11 +97,12 @@ type CacheMode int
 
 const (
 	// CacheKeep (the default) lets the kernel page cache keep file data
-	// across opens: OPEN is answered ENOSYS once, after which the kernel
-	// opens files without asking (FUSE no_open, which implies
-	// FOPEN_KEEP_CACHE), so a cached read costs no request at all. G2 and
-	// the page cache may then hold the same bytes; opens with O_DIRECT
-	// (or F_SETFL O_DIRECT) bypass the page cache through the kernel's
+	// across opens (FOPEN_KEEP_CACHE), so a cached read costs the OPEN
+	// request and nothing else. A read-only open of a file that is open
+	// for writing gets FOPEN_DIRECT_IO instead (a tail reader must never
+	// see st_size S and then read less than S; see fileNode.Open). G2 and
+	// the page cache may hold the same bytes; opens with O_DIRECT (or
+	// F_SETFL O_DIRECT) bypass the page cache through the kernel's
 	// direct_IO path.
 	CacheKeep CacheMode = iota
 	// CacheDirect answers every OPEN with FOPEN_DIRECT_IO: the page cache

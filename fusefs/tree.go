@@ -95,6 +95,7 @@ type node struct {
 	// file counts against its namespace quota.
 	size, reserved int64
 	inflight       int  // writes and truncates in progress
+	writers        int  // opens with write access not yet released
 	truncating     int  // truncates in progress
 	resync         bool // accounting must be re-read from Backend.Stat at quiescence
 	lost           bool // the store lost the object
