@@ -79,6 +79,7 @@ func writeAccess(flags uint32) bool {
 func (f *fsys) open(n *node, flags uint32) (*openHandle, uint32) {
 	h := &openHandle{write: writeAccess(flags)}
 	n.mu.Lock()
+	n.opens++
 	if h.write {
 		n.writers++
 	}
@@ -102,14 +103,51 @@ func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 	return h, fl, 0
 }
 
-// Release ends one open (RELEASE, after the last close of the descriptor).
+// Release ends one open (RELEASE, after the last close of the
+// descriptor). The last release of a file with no name left gives its
+// space back at once (see releaseUnreachable).
 func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	if h, ok := fh.(*openHandle); ok && h.write {
-		fn.n.mu.Lock()
-		fn.n.writers--
-		fn.n.mu.Unlock()
+	h, ok := fh.(*openHandle)
+	if !ok {
+		return 0
 	}
+	n, t := fn.n, &fn.fsys.t
+	t.mu.RLock()
+	n.mu.Lock()
+	n.opens--
+	if h.write {
+		n.writers--
+	}
+	if len(n.links) == 0 {
+		releaseUnreachable(n)
+	}
+	n.mu.Unlock()
+	t.mu.RUnlock()
 	return 0
+}
+
+// releaseUnreachable gives back the quota and statfs usage of a file that
+// has no name and no open descriptor: nothing can read or write it any
+// more, so its bytes leave the namespace now, not when the kernel gets
+// round to FORGET (which deletes the object). tree.mu held (n.links
+// stable) and n.mu held.
+func releaseUnreachable(n *node) {
+	if n.opens > 0 || n.released {
+		return
+	}
+	n.released = true
+	n.ns.inodes.Add(-1)
+	n.ns.adjust(-n.reserved)
+	n.setReserved(0)
+}
+
+// uncount drops a file from its namespace's inode count unless
+// releaseUnreachable already did; n.mu held.
+func uncount(n *node) {
+	if !n.released {
+		n.released = true
+		n.ns.inodes.Add(-1)
+	}
 }
 
 // Read reads from the object. It is never short except at the end of the
@@ -154,7 +192,7 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 			n.mu.Unlock()
 			return 0, syscall.EDQUOT
 		}
-		n.reserved = end
+		n.setReserved(end)
 	}
 	n.inflight++
 	if n.truncating > 0 {
@@ -222,7 +260,8 @@ func (f *fsys) resyncLocked(n *node) {
 		return
 	}
 	n.ns.adjust(info.Size - n.reserved)
-	n.reserved, n.size = info.Size, info.Size
+	n.setReserved(info.Size)
+	n.size = info.Size
 }
 
 // truncate sets the file size (EDQUOT if growing past the quota).
@@ -263,13 +302,14 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 		// Other writes or truncates overlapped this one: keep the
 		// reservation and re-read the size once they are done.
 		if delta > 0 {
-			n.reserved += delta
+			n.setReserved(n.reserved + delta)
 		}
 	default:
 		if delta < 0 {
 			n.ns.adjust(delta)
 		}
-		n.reserved, n.size = size, size
+		n.setReserved(size)
+		n.size = size
 	}
 	if err == nil {
 		n.mtime, n.ctime = ts, ts
@@ -344,7 +384,7 @@ func (fn *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetA
 	return fn.fsys.setattr(fn.n, in, out)
 }
 
-// Statfs reports capacity (see fsys.statfs).
+// Statfs reports the namespace's usage (see fsys.statfs).
 func (fn *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	fn.fsys.statfs(fn.n, out)
 	return 0
@@ -367,6 +407,9 @@ func (f *fsys) forget(n *node) {
 	delete(t.orphans, n)
 	delete(t.byObj, n.obj)
 	n.gone = true
+	n.mu.Lock()
+	uncount(n)
+	n.mu.Unlock()
 	t.mu.Unlock()
 	f.deleteObject(n)
 }
@@ -375,7 +418,7 @@ func (f *fsys) forget(n *node) {
 func (f *fsys) deleteObject(n *node) {
 	n.mu.Lock()
 	res, lost := n.reserved, n.lost
-	n.reserved = 0
+	n.setReserved(0)
 	n.mu.Unlock()
 	n.ns.adjust(-res)
 	if lost {
@@ -418,7 +461,14 @@ var (
 	_ fs.NodeReadlinker = (*symlinkNode)(nil)
 	_ fs.NodeGetattrer  = (*symlinkNode)(nil)
 	_ fs.NodeSetattrer  = (*symlinkNode)(nil)
+	_ fs.NodeStatfser   = (*symlinkNode)(nil)
 )
+
+// Statfs reports the namespace's usage (see fsys.statfs).
+func (s *symlinkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s.fsys.statfs(s.n, out)
+	return 0
+}
 
 // Readlink returns the link target.
 func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

@@ -126,6 +126,12 @@ type Options struct {
 	// kernel caches names, attributes and failed lookups. 0 means
 	// DefaultTimeout; a negative value disables that cache.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// StatfsCapacity is f_blocks × f_bsize that statfs reports for a
+	// namespace without a quota (and for the mount root), in bytes. 0
+	// means the store's capacity (Backend.Capacity: G2 + G3). Set it when
+	// an unbounded G4 should let engines keep more than the fast tiers
+	// hold. See fsys.statfs.
+	StatfsCapacity int64
 	// Cache chooses what the page cache holds (default CacheKeep).
 	Cache CacheMode
 	// WritebackCache enables FUSE writeback-cache mode: write(2) lands in
@@ -189,6 +195,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.commitGap <= 0 {
 		o.commitGap = DefaultCommitGap
+	}
+	if o.StatfsCapacity < 0 {
+		return o, errors.New("fusefs: negative StatfsCapacity")
 	}
 	if o.Cache != CacheKeep && o.Cache != CacheDirect {
 		return o, fmt.Errorf("fusefs: unknown cache mode %d", o.Cache)
