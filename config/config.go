@@ -85,6 +85,9 @@ type Config struct {
 	G3Dir string
 	// G3Size is the G3 capacity in bytes; 0 disables G3.
 	G3Size int64
+	// StatfsCapacity is the capacity in bytes statfs reports for a
+	// namespace without a quota; 0 means G2 + G3 capacity.
+	StatfsCapacity int64
 	// G3SegmentSize is the size in bytes of one G3 segment file.
 	G3SegmentSize int64
 	// G3High and G3Low are the G3 watermarks (fractions of G3Size).

@@ -85,6 +85,8 @@ func table() []Option {
 			func(c *Config) { c.G3Dir = filepath.Join(c.DataDir, "g3") }),
 		opt("g3_size", "10GiB", "G3 capacity (fixed default, not a fraction of the filesystem); 0 disables G3",
 			setSize(func(c *Config) *int64 { return &c.G3Size }), getSize(func(c *Config) *int64 { return &c.G3Size })),
+		opt("statfs_capacity", "0", "capacity statfs reports for a namespace without a quota (f_blocks); 0 = dram + g3_size (an unbounded G4 adds nothing)",
+			setSize(func(c *Config) *int64 { return &c.StatfsCapacity }), getSize(func(c *Config) *int64 { return &c.StatfsCapacity })),
 		opt("g3_segment_size", "32MiB", "size of one G3 segment file (at least the largest block size)",
 			setSize(func(c *Config) *int64 { return &c.G3SegmentSize }), getSize(func(c *Config) *int64 { return &c.G3SegmentSize })),
 		opt("g3_high", "0.90", "G3 high watermark, a fraction of g3_size (0.9) or a percentage (90%)",

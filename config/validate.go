@@ -124,6 +124,9 @@ func (c Config) Validate() error {
 	for _, ns := range c.Namespaces {
 		maxBlock = max(maxBlock, int64(ns.BlockSize))
 	}
+	if c.StatfsCapacity < 0 {
+		bad("statfs_capacity", "must not be negative")
+	}
 	if c.G3Size < 0 {
 		bad("g3_size", "must not be negative")
 	}

@@ -199,10 +199,11 @@ func (d *daemon) open(ctx context.Context) error {
 	storeRef.Store(st)
 
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
-		Namespaces: fuseNamespaces(cfg),
-		TreePath:   filepath.Join(cfg.DataDir, "tree.db"),
-		Remote:     d.remote(),
-		Logger:     d.log.With("component", "fuse"),
+		Namespaces:     fuseNamespaces(cfg),
+		TreePath:       filepath.Join(cfg.DataDir, "tree.db"),
+		Remote:         d.remote(),
+		Logger:         d.log.With("component", "fuse"),
+		StatfsCapacity: cfg.StatfsCapacity,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)
