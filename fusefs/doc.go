@@ -133,11 +133,15 @@
 //
 // The kernel sends FUSE INTERRUPT for any signal the caller receives —
 // including SIGURG, which the Go runtime uses for preemption in every Go
-// program. Honouring it would turn large reads and writes into short or
-// failed ones, so the package does not: request contexts are not passed
-// to the Backend, and every operation runs to completion (a killed caller
-// waits only for requests already being served). Backend calls get a
-// context that is cancelled when the mount shuts down.
+// program. Honouring it while bytes are copied would turn large reads and
+// writes into short or failed ones, so reads and the copy of a write run
+// to completion on a context that ends only when the mount shuts down.
+// Waits are different: a write(2) waiting for G2 room or for the dirty
+// bound, and an fsync(2) waiting for write-back, end with EINTR when the
+// request is interrupted (opCtx). Without that, a caller killed while the
+// tiers below G2 are stuck would sit in D state until they answer (the
+// kernel waits uninterruptibly for a request it has sent). Such waits are
+// also bounded by the core's write timeout (ENOSPC or EIO).
 //
 // # Extended attributes
 //

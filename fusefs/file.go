@@ -200,7 +200,9 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 	}
 	n.mu.Unlock()
 
-	w, err := f.be.WriteAt(f.ctx, n.obj, data, off)
+	wctx, release := f.interruptible(ctx)
+	w, err := f.be.WriteAt(wctx, n.obj, data, off)
+	release()
 
 	ts := now()
 	n.mu.Lock()
@@ -340,7 +342,10 @@ func (fn *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 // file survives kill -9 and power loss under its current name.
 func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	f := fn.fsys
-	if err := f.be.Flush(f.ctx, fn.n.obj); err != nil {
+	fctx, release := f.interruptible(ctx)
+	err := f.be.Flush(fctx, fn.n.obj)
+	release()
+	if err != nil {
 		return errno(err)
 	}
 	if err := f.j.sync(); err != nil {

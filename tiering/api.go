@@ -132,4 +132,7 @@ type Stats struct {
 	CRCErrors        int64            `json:"crc_errors"`
 	ObjectsLost      int64            `json:"objects_lost"`
 	Objects          int64            `json:"objects"`
+	// Degraded says why the store cannot keep its promises (its data
+	// directory was deleted under it); empty when healthy.
+	Degraded string `json:"degraded,omitempty"`
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,5 +215,29 @@ func TestDeadTierWriterInterruptible(t *testing.T) {
 	}
 	if d := time.Since(start); d < 2*time.Second || d > 8*time.Second {
 		t.Fatalf("failed after %v; want about WriteTimeout (3s)", d)
+	}
+}
+
+// TestDataDirDeletedIsDegraded is issue 11 item 4's last line: deleting the
+// data directory under a running store is detected and reported.
+func TestDataDirDeletedIsDegraded(t *testing.T) {
+	dir := t.TempDir()
+	s, err := tiering.Open(context.Background(), tiering.Config{DataDir: dir, G2Bytes: 8 << 20, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := s.Stats().Degraded; d != "" {
+		t.Fatalf("degraded at start: %s", d)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Degraded == "" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := s.Stats().Degraded; !strings.Contains(d, "deleted") {
+		t.Fatalf("Stats.Degraded = %q after the data dir was deleted", d)
 	}
 }

@@ -186,6 +186,7 @@ type Store struct {
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64
+	degraded   atomic.Pointer[string] // why the store is degraded (watchDataDir)
 
 	c      counters
 	ctx    context.Context
@@ -242,7 +243,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.writeBackLoop()
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.watchDataDir()
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
@@ -759,6 +761,9 @@ func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	st.Objects = int64(len(s.objects))
 	s.mu.RUnlock()
+	if p := s.degraded.Load(); p != nil {
+		st.Degraded = *p
+	}
 	return st
 }
 
