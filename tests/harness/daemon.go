@@ -244,6 +244,7 @@ type TierStatus struct {
 	CapacityBytes int64  `json:"capacity_bytes"`
 	Blocks        int64  `json:"blocks"`
 	Degraded      bool   `json:"degraded"`
+	Full          bool   `json:"full"`
 }
 
 // Status is the part of `ctxmemd status --json` the tests read; Stats keeps
