@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tests/harness"
+	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
 )
 
 // pattern returns n deterministic bytes for seed.
@@ -150,5 +151,90 @@ func TestE2EFullDiskBoundsWriters(t *testing.T) {
 		if n := strings.Count(d.Log(), msg); n > 30 {
 			t.Errorf("%d %q lines: want them rate-limited", n, msg)
 		}
+	}
+}
+
+// TestE2EStuckWriterKillable is issue 11 item 4(b) through the mount: G3
+// off and the S3 server hung (SIGSTOP). Dirty bytes reach their bound and
+// writes wait; a writer that gets SIGKILL must die at once (FUSE INTERRUPT
+// is honoured while it waits, so it is not left in D state), and one that
+// is left alone must get an error within the write timeout plus the G4
+// call timeout, not wait forever. Once S3 answers again writes succeed.
+func TestE2EStuckWriterKillable(t *testing.T) {
+	bin := needE2E(t)
+	srv := s3test.StartServer(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	d := harness.Start(t, bin, harness.Options{DRAM: "64MiB", G3Size: "0", G4: s3URL(srv, srv.Bucket, s3Prefix),
+		Extra: []string{"--write-timeout", "5s", "--dirty-bytes", "8MiB"}})
+	ns := d.Namespace()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	dd := func(name string) *exec.Cmd {
+		c := exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(ns, name), "bs=1M", "count=64", "status=none")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitExit := func(c *exec.Cmd, limit time.Duration) (error, bool) {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			return err, true
+		case <-time.After(limit):
+			return nil, false
+		}
+	}
+	w1 := dd("killed")
+	if err, exited := waitExit(w1, 2*time.Second); exited {
+		t.Fatalf("dd of 64 MiB with S3 hung and an 8 MiB dirty bound finished: %v", err)
+	}
+	start := time.Now()
+	if err := w1.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, exited := waitExit(w1, 5*time.Second); !exited {
+		t.Fatal("a writer waiting on the hung tier did not die within 5 s of SIGKILL (D state)")
+	}
+	t.Logf("killed writer exited %v after SIGKILL", time.Since(start))
+	start = time.Now()
+	w2 := dd("left")
+	err, exited := waitExit(w2, 90*time.Second)
+	if !exited {
+		w2.Process.Kill()
+		t.Fatal("a writer waiting on the hung tier had no answer within 90 s")
+	}
+	if err == nil {
+		t.Fatal("dd of 64 MiB with S3 hung succeeded")
+	}
+	t.Logf("writer left alone failed after %v: %v", time.Since(start), err)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	p := filepath.Join(ns, "after")
+	ok := waitUntil(60*time.Second, func() bool {
+		if err := os.WriteFile(p, boundedPattern(3, 1<<20), 0o644); err != nil {
+			return false
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		return f.Sync() == nil
+	})
+	if !ok {
+		t.Fatal("writes did not succeed again within 60 s of S3 answering")
 	}
 }
