@@ -1,10 +1,13 @@
 package g3
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 func TestFitCapacity(t *testing.T) {
@@ -39,5 +42,44 @@ func TestFitCapacityTinyFilesystem(t *testing.T) {
 	}
 	if _, _, err := FitCapacity(g3dir, 10<<30, 8<<20); err == nil {
 		t.Fatal("8 MiB segments on a 16 MiB tmpfs accepted; want refused")
+	}
+}
+
+// TestSyncOnlyWrittenSegments is issue 11 item 7: a Sync fdatasyncs only
+// the segments written since the previous Sync, not every segment.
+func TestSyncOnlyWrittenSegments(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), SegmentBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := 0; i < 12; i++ { // 12 x 256 KiB fills several 1 MiB segments
+		if err := s.Put(ctx, tier.Key{Namespace: "ns", Object: uint64(i), Gen: 1}, make([]byte, 256<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := s.Stats().Syncs
+	if first < 2 {
+		t.Fatalf("first Sync synced %d segments; want every written one (several)", first)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().Syncs - first; n != 0 {
+		t.Fatalf("a Sync with nothing written synced %d segments", n)
+	}
+	if err := s.Put(ctx, tier.Key{Namespace: "ns", Object: 99, Gen: 1}, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats().Syncs
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().Syncs - before; n != 1 {
+		t.Fatalf("Sync after one Put synced %d segments; want 1", n)
 	}
 }

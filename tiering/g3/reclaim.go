@@ -183,6 +183,7 @@ func (s *Store) keepSpare(seg *segment) {
 	s.mu.Unlock()
 	if keep {
 		err := os.Rename(seg.path, sp.path)
+		s.dirDirty.Store(true)
 		if err == nil {
 			s.mu.Lock()
 			s.spares = append(s.spares, sp)
@@ -191,6 +192,7 @@ func (s *Store) keepSpare(seg *segment) {
 		}
 		s.log.Error("G3 rename reclaimed segment", "segment", seg.path, "err", err)
 	}
+	s.dirDirty.Store(true)
 	if err := os.Remove(seg.path); err != nil {
 		s.log.Error("G3 remove reclaimed segment", "segment", seg.path, "err", err)
 	}

@@ -33,6 +33,9 @@ type segment struct {
 	// in Store.segs) plus readers in Get. The holder that drops it to zero
 	// closes fd, so a reader never reads a closed or reused descriptor.
 	refs atomic.Int64
+	// unsynced is set by every write to the file since its last
+	// fdatasync (Sync syncs only such segments).
+	unsynced atomic.Bool
 
 	// Guarded by Store.mu.
 	writeOff int64      // next free byte (active segment only)
@@ -93,6 +96,8 @@ func (s *Store) createSegment(id uint64) (*segment, error) {
 	}
 	seg := &segment{id: id, salt: h.salt, size: s.opts.SegmentBytes, path: path, fd: fd, store: s, writeOff: segHeaderLen}
 	seg.refs.Store(1)
+	s.dirDirty.Store(true)
+	seg.unsynced.Store(true)
 	return seg, nil
 }
 
@@ -113,6 +118,8 @@ func (s *Store) reuseSegment(sp *spare, id uint64) (*segment, error) {
 	if err := os.Rename(sp.path, path); err != nil {
 		return nil, err
 	}
+	s.dirDirty.Store(true)
+	sp.seg.unsynced.Store(true)
 	sp.path = path
 	h, err := s.stampHeader(sp.seg.fd, id, sp.seg.size)
 	if err != nil {

@@ -34,6 +34,9 @@ type Store struct {
 	bufs     directio.BufPool
 
 	rollMu sync.Mutex
+	// dirDirty is set when a segment file is created, renamed or removed
+	// since the directory's last fsync (Sync).
+	dirDirty atomic.Bool
 
 	mu        sync.RWMutex
 	drained   *sync.Cond // on mu; signalled when a segment's inflight drops to 0
@@ -65,6 +68,7 @@ type entry struct {
 
 type counters struct {
 	crcErrors, torn, damagedSegs, reclaims, evicted, noSpace atomic.Int64
+	syncs                                                    atomic.Int64
 }
 
 // Stats are the store's counters since Open plus its current shape.
@@ -87,6 +91,9 @@ type Stats struct {
 	Evicted int64
 	// NoSpace counts ENOSPC/EDQUOT errors from the filesystem.
 	NoSpace int64
+	// Syncs counts segment fdatasyncs done by Sync (only segments written
+	// since their last one are synced).
+	Syncs int64
 	// Segments is the number of segments in the log; SegmentBytes the
 	// bytes of all segment files, spares (reclaimed files kept for reuse)
 	// included.
@@ -286,6 +293,7 @@ func (s *Store) reserve(ctx context.Context, n int) (*segment, int64, uint64, er
 // the region instead of finding a half-written record.
 func (s *Store) writeRecord(seg *segment, iovs [][]byte, recLen int, off int64) error {
 	err := directio.PwritevFull(seg.fd, iovs, off)
+	seg.unsynced.Store(true)
 	if err == nil {
 		return nil
 	}
@@ -533,6 +541,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		CRCErrors: s.st.crcErrors.Load(), TornRecords: s.st.torn.Load(), DamagedSegments: s.st.damagedSegs.Load(),
 		Reclaims: s.st.reclaims.Load(), Evicted: s.st.evicted.Load(), NoSpace: s.st.noSpace.Load(),
+		Syncs:    s.st.syncs.Load(),
 		Segments: n, SegmentBytes: b, Direct: s.direct,
 	}
 }
@@ -560,16 +569,26 @@ func (s *Store) Sync(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if !seg.unsynced.Swap(false) {
+			continue // nothing written since its last fdatasync
+		}
 		if err := unix.Fdatasync(seg.fd); err != nil {
+			seg.unsynced.Store(true)
 			return ioErr("fdatasync", seg.path, err)
 		}
+		s.st.syncs.Add(1)
+	}
+	if !s.dirDirty.Swap(false) {
+		return nil
 	}
 	d, err := os.Open(s.opts.Dir)
 	if err != nil {
+		s.dirDirty.Store(true)
 		return fmt.Errorf("g3: sync: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
+		s.dirDirty.Store(true)
 		return fmt.Errorf("g3: sync %s: %w", s.opts.Dir, err)
 	}
 	return nil
