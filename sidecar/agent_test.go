@@ -106,6 +106,14 @@ func newRig(t *testing.T) *rig {
 // host starts a store, files and an agent named name; stopped at cleanup.
 func (r *rig) host(t *testing.T, name string) (*Agent, *files) {
 	t.Helper()
+	a, f, _ := r.hostAt(t, name, "")
+	return a, f
+}
+
+// hostAt is host with the mount point the liveness record shows; stop ends
+// the agent early (it is also ended at cleanup).
+func (r *rig) hostAt(t *testing.T, name, mount string) (*Agent, *files, func()) {
+	t.Helper()
 	objs, err := g4.NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +127,7 @@ func (r *rig) host(t *testing.T, name string) (*Agent, *files) {
 		t.Fatal(err)
 	}
 	f := &files{byPath: map[string]tiering.ObjectID{}, st: st}
-	a, err := New(Config{Host: name, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond,
+	a, err := New(Config{Host: name, Mount: mount, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond,
 		ApplyKnobs: func(k msg.Knobs) error {
 			if k.ColdThreshold > 100 {
 				return fmt.Errorf("cold threshold %v out of range", k.ColdThreshold)
@@ -132,8 +140,10 @@ func (r *rig) host(t *testing.T, name string) (*Agent, *files) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx, r.nc, r.lim) }()
-	t.Cleanup(func() { cancel(); <-done; st.Close() })
-	return a, f
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done; st.Close() }) }
+	t.Cleanup(stop)
+	return a, f, stop
 }
 
 func (r *rig) scheduler(t *testing.T, grace time.Duration) *scheduler.Scheduler {
@@ -301,6 +311,20 @@ func mustEncode(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestQuickRestartIsNotADuplicate: a daemon restarted at once finds its own
+// previous boot's fresh liveness record; that is not another daemon.
+func TestQuickRestartIsNotADuplicate(t *testing.T) {
+	r := newRig(t)
+	a1, _, stop := r.hostAt(t, "restarted", "/mnt/ctxmem")
+	eventually(t, "first boot's liveness record", 10*time.Second, func() bool { return a1.Stats().Published > 0 })
+	stop()
+	a2, _, _ := r.hostAt(t, "restarted", "/mnt/ctxmem")
+	eventually(t, "second boot reports", 10*time.Second, func() bool { return a2.Stats().Published > 3 })
+	if n := a2.Stats().DuplicateHost; n != 0 {
+		t.Fatalf("the restarted daemon took its own previous boot for a duplicate %d times", n)
+	}
 }
 
 func TestDuplicateHostNameDetected(t *testing.T) {

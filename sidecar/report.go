@@ -236,6 +236,12 @@ func (a *Agent) checkDuplicateHost(ctx context.Context, res *bus.Resources, now 
 	if now.Sub(time.Unix(0, hs.Time)) > 3*a.cfg.Interval+time.Second {
 		return // a previous run of this host
 	}
+	if hs.Mount == a.cfg.Mount && hs.Boot < a.boot {
+		// This daemon's own previous boot, restarted quickly: one mount
+		// point holds one live daemon (a second is refused at mount), so
+		// an older boot on our mount point is us.
+		return
+	}
 	a.c.dupHost.Add(1)
 	if last := a.dupWarned.Load(); now.UnixNano()-last > int64(30*time.Second) && a.dupWarned.CompareAndSwap(last, now.UnixNano()) {
 		a.log.Error("another daemon uses this host name on the control bus: give each daemon a unique --host",
