@@ -1,0 +1,143 @@
+package tiering_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/faulttier"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// writeOut writes want as a new object, flushes it and pushes it out of
+// G2, so the next read promotes from below.
+func writeOut(t *testing.T, fs *faultStack, want []byte) tiering.ObjectID {
+	t.Helper()
+	ctx := context.Background()
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestPromotionFromFaultyTier: a promotion that meets a corrupt copy loses
+// the object (ErrLost, no bytes); one that meets an unavailable tier is an
+// I/O error that loses nothing, and the same read succeeds once the tier
+// answers; a get that stalls past the caller's deadline returns in time.
+func TestPromotionFromFaultyTier(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, nil)
+	defer fs.close(t)
+	want := data(3, 256<<10)
+
+	id := writeOut(t, fs, want)
+	undo := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: tier.ErrUnavailable})
+	got := make([]byte, len(want))
+	if _, err := fs.store.ReadAt(ctx, id, got, 0); err == nil || errors.Is(err, tiering.ErrLost) || tiering.Errno(err) != 5 {
+		t.Fatalf("read with G3 unavailable = %v; want EIO, not a loss", err)
+	}
+	undo()
+	if n, err := fs.store.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read after G3 answers again: %d bytes, %v", n, err)
+	}
+
+	id = writeOut(t, fs, want)
+	stall := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Delay: time.Minute})
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	_, err := fs.store.ReadAt(dctx, id, got, 0)
+	cancel()
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("read of a stalled tier with a 300 ms deadline = %v after %v", err, time.Since(start))
+	}
+	stall()
+	if _, err := fs.store.Stat(id); err != nil {
+		t.Fatalf("a stalled read lost the object: %v", err)
+	}
+
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: tier.ErrCorrupt, Times: 1})
+	clear(got)
+	n, err := fs.store.ReadAt(ctx, id, got, 0)
+	if !errors.Is(err, tiering.ErrLost) {
+		t.Fatalf("read of a corrupt copy = %d, %v; want ErrLost", n, err)
+	}
+	if n > 0 && !bytes.Equal(got[:n], want[:n]) {
+		t.Fatal("a read that met a corrupt copy returned wrong bytes")
+	}
+	if _, err := fs.store.Stat(id); !errors.Is(err, tiering.ErrNotExist) {
+		t.Fatalf("object after a corrupt copy: %v; want lost", err)
+	}
+}
+
+// TestSinkToFailingG4: a sink whose G4 puts fail reports the error, keeps
+// every block readable from its old copies, and a later sink completes.
+func TestSinkToFailingG4(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil)
+	defer fs.close(t)
+	want := data(4, 512<<10)
+	id, _ := fs.store.Create("ns", 64<<10, "file")
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	undo := fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, After: 3, Err: tier.ErrUnavailable})
+	if _, err := fs.store.Sink(ctx, id); !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("sink with G4 failing after 3 puts = %v; want ErrUnavailable", err)
+	}
+	got := make([]byte, len(want))
+	if n, err := fs.store.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read after a failed sink: %d, %v", n, err)
+	}
+	undo()
+	res, err := fs.store.Sink(ctx, id)
+	if err != nil || res.Moved == 0 {
+		t.Fatalf("second sink = %+v, %v", res, err)
+	}
+	tiers, _ := fs.store.BlockTiers(id)
+	for i, tr := range tiers {
+		if tr != tiering.TierG4 {
+			t.Fatalf("block %d in %q after sink", i, tr)
+		}
+	}
+	clear(got)
+	if n, err := fs.store.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read after sink: %d, %v", n, err)
+	}
+}
+
+// TestWriteBackFallsToG4WhenG3Fails: a G3 whose puts fail (I/O error) does
+// not lose a file that G4 can take, and a restart serves it from G4.
+func TestWriteBackFallsToG4WhenG3Fails(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := openFaultStack(t, dir, 8<<20, 0, true, nil)
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Err: tier.ErrNoSpace})
+	want := data(5, 256<<10)
+	id, _ := fs.store.Create("ns", 64<<10, "file")
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if fs.g4.Calls(faulttier.Put) == 0 {
+		t.Fatal("no block went to G4")
+	}
+	fs.close(t)
+	fs.open(t, true)
+	defer fs.close(t)
+	got := make([]byte, len(want))
+	if n, err := fs.store.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read after restart: %d, %v", n, err)
+	}
+}
