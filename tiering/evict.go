@@ -195,6 +195,18 @@ func (s *Store) DemoteFromG3(keys []tier.Key) {
 
 // demoteOne handles one key of DemoteFromG3; ok=false means the object must
 // be dropped.
+//
+// A file block without a G4 copy is copied there; if that fails it keeps
+// its G2 bytes (made dirty again, write-back retries) or its file is lost.
+// An export block (NBD) is never dropped: the copy in the reclaimed segment
+// may be the last one of bytes a FLUSH acknowledged, so
+//   - a dirty export block (newer bytes in G2 not yet written back) has its
+//     G3 copy, the older acknowledged version, copied to G4 first, so a
+//     kill -9 before the write-back finds that version (write-back of the
+//     newer bytes then replaces it);
+//   - a clean export block that G4 cannot take is copied forward: its bytes
+//     go to G2 as a dirty block and write-back stores them again (in a
+//     newer G3 segment when there is no G4).
 func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	id := ObjectID(k.Object)
 	o := s.get(id)
@@ -208,23 +220,38 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	s.c.evictions[tiG3].Add(1)
-	if b.inG4 || b.dirty {
+	export := o.kind == KindNBD
+	if b.inG4 || (b.dirty && (!export || s.g4 == nil)) {
+		// G4 has it, or write-back will store the newer bytes (an export
+		// without G4 has nowhere to keep the older version meanwhile).
 		b.inG3 = false
 		o.mu.Unlock()
-		return id, true // G4 has it, or write-back will store the newer bytes
+		return id, true
+	}
+	if b.dirty && o.isBusy(k.Index) {
+		// The newer bytes are being written back right now; a put of the
+		// older version could land after them.
+		b.inG3 = false
+		o.mu.Unlock()
+		return id, true
 	}
 	n := o.blockLen(k.Index)
 	data := buf[:n]
-	if g := b.g2.Load(); g != nil {
+	if g := b.g2.Load(); g != nil && !b.dirty {
 		copyBlock(data, g, 0)
 	} else {
+		// Not resident, or resident with newer unacknowledged bytes: the
+		// G3 copy (readable until the segment is reused) is what to keep.
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		_, err := s.readLower(ctx, o, k.Index, b, data, 0) // readable until the segment is reused
+		_, err := s.readLower(ctx, o, k.Index, b, data, 0)
 		cancel()
 		if err != nil {
 			b.inG3 = false
 			o.mu.Unlock()
-			return id, o.kind == KindNBD
+			if export {
+				s.log.Error("export block unreadable while G3 reclaims it", "key", k.String(), "err", err)
+			}
+			return id, export
 		}
 	}
 	// The G4 write runs without the object lock, so a slow object store
@@ -232,7 +259,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	// reading from G3 meanwhile (the segment is not reused before this hook
 	// returns), and the busy span keeps a write-back of a newer version
 	// from racing this put to the same key.
-	ver := b.version
+	ver, wasDirty := b.version, b.dirty
 	o.beginBusy(k.Index)
 	o.mu.Unlock()
 	err := errors.New("no G4")
@@ -259,15 +286,27 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		}
 		return id, true
 	}
+	b.inG3 = false
+	if wasDirty {
+		// The older version of an export block: G4 keeps it until the
+		// write-back of the newer bytes replaces or deletes it (writeBack
+		// deletes a G4 copy once G3 holds the key).
+		if err == nil {
+			b.inG4 = true
+			o.clearStale(k.Index, staleG4)
+			s.c.demotions[tiG4].Add(1)
+		} else {
+			s.log.Error("export block: older acknowledged version not kept while its newer bytes await write-back", "key", k.String(), "err", err)
+		}
+		return id, true
+	}
 	if err == nil && b.version != ver {
 		// Rewritten during the put: this copy is stale; write-back stores
 		// the new bytes.
-		b.inG3 = false
 		o.markStale(k.Index, staleG4)
 		s.gc(s.g4, k)
 		return id, true
 	}
-	b.inG3 = false
 	if err == nil {
 		b.inG4 = true
 		o.clearStale(k.Index, staleG4)
@@ -277,7 +316,22 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if b.dirty {
 		return id, true // write-back stores the newer bytes
 	}
-	if g := b.g2.Load(); g != nil && (o.kind == KindNBD || !errors.Is(err, tier.ErrNoSpace)) {
+	g := b.g2.Load()
+	if g == nil && export {
+		// Copy forward: the bytes read from G3 go to G2 and are written
+		// back like new ones.
+		ng, aerr := s.allocG2(max(n, 1), o.pinned)
+		if aerr != nil {
+			s.log.Error("export block lost: no G2 buffer to copy it forward", "key", k.String(), "err", aerr)
+			s.dropCount(dropNoSpace)
+			return id, false
+		}
+		copy(ng.buf, data)
+		ng.n = n
+		b.g2.Store(ng)
+		g = ng
+	}
+	if g != nil && (export || !errors.Is(err, tier.ErrNoSpace)) {
 		// Keep the bytes we still have: write-back retries them (G4 did
 		// not answer; a full G4 would only fail again, so a cached file
 		// is dropped instead, as G3 reclaim drops it without G4).
@@ -296,9 +350,6 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 			_ = s.markMetaDirty(o)
 		}
 		return id, true
-	}
-	if o.kind == KindNBD {
-		s.log.Error("export block lost from G3 with no G4", "key", k.String())
 	}
 	s.dropCount(dropNoSpace)
 	return id, false
