@@ -42,6 +42,12 @@ func (s *soak) pickMode() string {
 func (s *soak) runCycle() {
 	mode := s.pickMode()
 	s.st.Kills[mode]++
+	s.cycleFirstVersion = append(s.cycleFirstVersion, s.version.Load()+1)
+	t0 := time.Now()
+	defer func() {
+		s.cycleLog = append(s.cycleLog, fmt.Sprintf("cycle %d: %s after %s (versions from %d)", s.cycle, mode,
+			time.Since(t0).Round(time.Millisecond), s.cycleFirstVersion[len(s.cycleFirstVersion)-1]))
+	}()
 	if mode == killStart {
 		time.Sleep(time.Duration(s.rng.IntN(50)) * time.Millisecond)
 		s.kill()

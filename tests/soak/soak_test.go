@@ -77,26 +77,30 @@ type failure struct {
 }
 
 type soak struct {
-	t        *testing.T
-	bin      string
-	seed     uint64
-	rng      *rand.Rand
-	keep     string
-	prof     profile
-	d        *harness.Daemon
-	sockDir  string
-	sock     string
-	files    []*fileState
-	exp      *exportModel
-	version  atomic.Uint64
-	st       stats
-	cycle    int
-	kept     bool
-	epoch    int
-	killed   atomic.Bool
-	mu       sync.Mutex // guards fails and the live counters below
-	fails    []failure
-	maxMount time.Duration
+	t       *testing.T
+	bin     string
+	seed    uint64
+	rng     *rand.Rand
+	keep    string
+	prof    profile
+	d       *harness.Daemon
+	sockDir string
+	sock    string
+	files   []*fileState
+	exp     *exportModel
+	version atomic.Uint64
+	st      stats
+	cycle   int
+	kept    bool
+	// cycleFirstVersion[c-1] is the first version number cycle c used;
+	// cycleLog says how each cycle of the current epoch ended.
+	cycleFirstVersion []uint64
+	cycleLog          []string
+	epoch             int
+	killed            atomic.Bool
+	mu                sync.Mutex // guards fails and the live counters below
+	fails             []failure
+	maxMount          time.Duration
 	// live counters, updated by workers
 	liveReads, filesWritten, fsyncs, nbdWrites, nbdFlushes, bytesWritten atomic.Int64
 }
@@ -212,6 +216,7 @@ func (s *soak) newEpoch(p profile) {
 		s.files[i] = &fileState{id: uint64(s.epoch)<<32 | uint64(i)}
 	}
 	s.exp = newExportModel(sectors)
+	s.cycleLog = nil
 	t0 := time.Now()
 	s.d = harness.Start(s.t, s.bin, opts)
 	// Runs before the harness's cleanup (LIFO), which removes the root:
@@ -316,6 +321,9 @@ func (s *soak) checkResponsive() {
 func (s *soak) fail(kind, detail string) {
 	msg := fmt.Sprintf("SOAK FAILURE %s in cycle %d (epoch %d, profile %s, seed %#x):\n%s", kind, s.cycle, s.epoch, s.prof.name, s.seed, detail)
 	msg += s.keepEvidence(kind, msg)
+	if n := len(s.cycleLog); n > 0 {
+		msg += "\nlast cycles on this data dir:\n  " + strings.Join(s.cycleLog[max(0, n-5):], "\n  ")
+	}
 	s.t.Fatalf("%s\n%s", msg, s.report())
 }
 
@@ -343,7 +351,8 @@ func (s *soak) keepEvidence(kind, msg string) (note string) {
 			_ = exec.Command("cp", "-a", s.d.LogPath, filepath.Join(dir, "daemon.log")).Run()
 			note = fmt.Sprintf("\nkept: %s (data dir after the failure, daemon.log; daemon args: %s)", dir, strings.Join(s.d.Args(), " "))
 			note += "\nreproduce: CTXMEM_SOAK=1 CTXMEM_SOAK_SEED=" + fmt.Sprintf("%#x", s.seed) + " make soak (timing makes a replay approximate)"
-			_ = os.WriteFile(filepath.Join(dir, "REPORT"), []byte(msg+note+"\n\n"+s.report()+"\n"), 0o644)
+			_ = os.WriteFile(filepath.Join(dir, "REPORT"), []byte(msg+note+"\n\n"+s.report()+"\n\nthis data dir's cycles:\n"+
+				strings.Join(s.cycleLog, "\n")+"\n"), 0o644)
 		}
 	}
 	return note

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -193,7 +194,9 @@ func versions(vs []fileVer) string {
 	return b.String()
 }
 
-// verifyExport reads the whole export and checks every sector.
+// verifyExport reads the whole export and checks every sector; all wrong
+// sectors are listed (with the export block they are in) before the soak
+// stops.
 func (s *soak) verifyExport() {
 	cl, err := dialNBD(s.sock, "default", opTimeout)
 	if err != nil {
@@ -203,6 +206,7 @@ func (s *soak) verifyExport() {
 	observed := make([]uint64, sectors)
 	buf := make([]byte, 1<<20)
 	scratch := make([]byte, pageSize)
+	var bad []string
 	for off := 0; off < exportBytes; off += len(buf) {
 		if err := cl.ReadAt(buf, int64(off)); err != nil {
 			s.fail("NBD", fmt.Sprintf("read export [%d,%d) after restart: %v", off, off+len(buf), err))
@@ -216,14 +220,15 @@ func (s *soak) verifyExport() {
 			case pi.valid && pi.magic == magicNBD && pi.index == uint64(sec) && pi.seed == s.seed:
 				v = pi.version
 			default:
-				s.st.WrongBytes++
-				s.fail("WRONG BYTES", fmt.Sprintf("export sector %d (offset %d) after restart is %s; allowed: %s", sec, sec*pageSize, pi, s.exp.describe(sec)))
+				bad = append(bad, fmt.Sprintf("sector %d (offset %d, export block %d) is %s; allowed: %s",
+					sec, sec*pageSize, sec*pageSize/s.exportBlock(), pi, s.describeSector(sec)))
+				continue
 			}
 			ok, lost := s.exp.check(sec, v)
 			if !ok {
-				s.st.WrongBytes++
-				s.fail("WRONG BYTES", fmt.Sprintf("export sector %d (offset %d) after restart holds version %d (0 = zeros); allowed: %s",
-					sec, sec*pageSize, v, s.exp.describe(sec)))
+				bad = append(bad, fmt.Sprintf("sector %d (offset %d, export block %d) holds %s; allowed: %s",
+					sec, sec*pageSize, sec*pageSize/s.exportBlock(), s.versionName(v), s.describeSector(sec)))
+				continue
 			}
 			s.st.SectorsChecked++
 			switch {
@@ -239,8 +244,50 @@ func (s *soak) verifyExport() {
 		}
 		s.st.BytesVerified += int64(len(buf))
 	}
+	if len(bad) > 0 {
+		s.st.WrongBytes += int64(len(bad)) * pageSize
+		if len(bad) > 40 {
+			bad = append(bad[:40], fmt.Sprintf("... and %d more", len(bad)-40))
+		}
+		s.fail("WRONG BYTES", fmt.Sprintf("%d export sectors wrong after restart (export block size %d):\n  %s",
+			len(bad), s.exportBlock(), strings.Join(bad, "\n  ")))
+	}
 	if err := cl.Flush(); err != nil {
 		s.fail("NBD", fmt.Sprintf("flush after verification: %v", err))
 	}
 	s.exp.settle(observed)
+}
+
+// exportBlock is the export's block size: the default namespace block size
+// of the profile (256 KiB when not set).
+func (s *soak) exportBlock() int {
+	switch s.prof.opts.BlockSize {
+	case "64KiB":
+		return 64 << 10
+	case "128KiB":
+		return 128 << 10
+	}
+	return 256 << 10
+}
+
+// versionName says which cycle wrote version v.
+func (s *soak) versionName(v uint64) string {
+	if v == 0 {
+		return "zeros (never written)"
+	}
+	c := sort.Search(len(s.cycleFirstVersion), func(i int) bool { return s.cycleFirstVersion[i] > v }) - 1
+	if c < 0 {
+		return fmt.Sprintf("version %d", v)
+	}
+	return fmt.Sprintf("version %d (written in cycle %d)", v, c+1)
+}
+
+func (s *soak) describeSector(sec int) string {
+	m := s.exp
+	sent := make([]string, len(m.sent[sec]))
+	for i, v := range m.sent[sec] {
+		sent[i] = fmt.Sprint(v)
+	}
+	return fmt.Sprintf("durable %s, last acknowledged %d, sent since the last verification [%s]",
+		s.versionName(m.durable[sec]), m.lastAcked[sec], strings.Join(sent, " "))
 }
