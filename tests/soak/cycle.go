@@ -156,10 +156,14 @@ func (w *workload) halt() {
 	w.once.Do(func() { close(w.stop) })
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
+	bound := opTimeout // the daemon runs: each worker finishes its current operation
+	if w.s.killed.Load() {
+		bound = drainBound // the kill aborted every FUSE request and NBD connection
+	}
 	select {
 	case <-done:
-	case <-time.After(drainBound + opTimeout):
-		msg := "workers did not return:"
+	case <-time.After(bound):
+		msg := fmt.Sprintf("workers did not return within %v of being stopped (daemon killed: %v):", bound, w.s.killed.Load())
 		for i := range w.doing {
 			if v, _ := w.doing[i].Load().(string); v != "" {
 				msg += fmt.Sprintf("\n  worker %d: %s (last progress %s ago)", i, v,
