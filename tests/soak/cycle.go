@@ -1,12 +1,14 @@
 package soak
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -88,12 +90,14 @@ func (s *soak) runCycle() {
 		// Every closed file and every acknowledged NBD write is written
 		// back by a SIGTERM stop: all of it is acknowledged now.
 		for _, f := range s.files {
-			if f.live != nil && f.closed {
+			if f.live != nil && f.closed && !s.prof.volatile {
 				v := *f.live
 				f.acked, f.pending = &v, nil
 			}
 		}
-		s.exp.gracefulStop()
+		if !s.prof.volatile {
+			s.exp.gracefulStop()
+		}
 	}
 }
 
@@ -266,6 +270,11 @@ func (w *workload) fileWriter(wi int, rng *rand.Rand, fsyncPct int) {
 			s.bytesWritten.Add(int64(v.size))
 		}
 		f.mu.Unlock()
+		if err != nil && s.prof.mayFill && errors.Is(err, syscall.ENOSPC) && !s.killed.Load() {
+			s.enospc.Add(1) // refused: the version stays unacknowledged
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			s.workerFail("I/O ERROR", fmt.Sprintf("file writer %d, file %d version %d: %v", wi, f.id, v.v, err), true)
 			return
@@ -311,7 +320,7 @@ func (w *workload) writeFile(wi int, rng *rand.Rand, f *fileState, v fileVer, do
 			return fmt.Errorf("fsync: %w", err)
 		}
 		s.fsyncs.Add(1)
-		if !viaRename {
+		if !viaRename && !s.prof.volatile {
 			f.acked, f.pending = &v, nil
 		}
 	}
@@ -324,7 +333,7 @@ func (w *workload) writeFile(wi int, rng *rand.Rand, f *fileState, v fileVer, do
 		if err := os.Rename(name, s.path(f)); err != nil {
 			return fmt.Errorf("rename: %w", err)
 		}
-		if doSync { // the bytes were fsync'd and the rename is logged before it returns
+		if doSync && !s.prof.volatile { // the bytes were fsync'd and the rename is logged before it returns
 			f.acked, f.pending = &v, nil
 		}
 	}
@@ -422,7 +431,9 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 		}
 		fua := rng.IntN(100) < 15
 		w.mark(wi, fmt.Sprintf("nbd write sectors [%d,%d) fua=%v", sec, sec+k, fua))
-		if err := p.w.WriteAt(buf[:k*pageSize], int64(sec)*pageSize, fua); err != nil {
+		if err := p.w.WriteAt(buf[:k*pageSize], int64(sec)*pageSize, fua); s.nospace(err) {
+			continue // refused; the sectors may hold the old or the new version
+		} else if err != nil {
 			s.workerFail("I/O ERROR", fmt.Sprintf("nbd write sectors [%d,%d): %v", sec, sec+k, err), true)
 			return
 		}
@@ -430,7 +441,7 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 		s.bytesWritten.Add(int64(k * pageSize))
 		for i := 0; i < k; i++ {
 			m.lastAcked[sec+i] = v
-			if fua {
+			if fua && !s.prof.volatile {
 				m.durable[sec+i] = v
 			} else {
 				unflushed = append(unflushed, sec+i)
@@ -453,11 +464,16 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 			default:
 			}
 			w.mark(wi, "nbd flush")
-			if err := p.w.Flush(); err != nil {
+			if err := p.w.Flush(); s.nospace(err) {
+				continue // not flushed: nothing became durable
+			} else if err != nil {
 				s.workerFail("I/O ERROR", fmt.Sprintf("nbd flush: %v", err), true)
 				return
 			}
 			s.nbdFlushes.Add(1)
+			if s.prof.volatile {
+				unflushed = unflushed[:0]
+			}
 			for _, x := range unflushed {
 				m.durable[x] = m.lastAcked[x]
 			}
@@ -467,4 +483,15 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
 		}
 	}
+}
+
+// nospace: the server answered ENOSPC, legitimate on a profile whose
+// tiers can fill (counted).
+func (s *soak) nospace(err error) bool {
+	var e errNBDReply
+	if err != nil && s.prof.mayFill && errors.As(err, &e) && e.errno == uint32(syscall.ENOSPC) && !s.killed.Load() {
+		s.enospc.Add(1)
+		return true
+	}
+	return false
 }

@@ -83,10 +83,17 @@ func (m *exportModel) describe(s int) string {
 }
 
 // settle records what a restart showed (observed[s]) as the new durable
-// state (the soak flushes right after, so it is).
-func (m *exportModel) settle(observed []uint64) {
+// state (the soak flushes right after, so it is) — or, when nothing is
+// durable (volatile), as one more version the sector may hold.
+func (m *exportModel) settle(observed []uint64, volatile bool) {
 	for s, v := range observed {
 		m.durable[s], m.lastAcked[s], m.sent[s] = v, v, nil
+		if volatile {
+			m.durable[s] = 0
+			if v != 0 {
+				m.sent[s] = []uint64{v}
+			}
+		}
 	}
 }
 

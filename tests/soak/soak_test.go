@@ -48,15 +48,29 @@ type profile struct {
 	name    string
 	opts    harness.Options
 	maxFile int // largest file version, bytes
+	// mayFill: no G4, so the tiers can fill up: ENOSPC from a write,
+	// fsync, NBD WRITE or FLUSH is a legitimate answer (the write is then
+	// unacknowledged), a writer that waits forever is not.
+	mayFill bool
+	// volatile: no tier below G2 at all, so nothing survives a restart;
+	// only "never wrong bytes" and liveness are checked.
+	volatile bool
 }
 
 var profiles = map[string]profile{
 	"tiny": {"tiny", harness.Options{DRAM: "8MiB", G3Size: "48MiB", BlockSize: "64KiB",
-		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10},
+		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, false, false},
 	"small": {"small", harness.Options{DRAM: "64MiB", G3Size: "256MiB",
-		Extra: []string{"--g3-segment-size", "16MiB"}}, 512 << 10},
-	"g4":    {"g4", harness.Options{DRAM: "16MiB", G3Size: "0", BlockSize: "128KiB"}, 384 << 10},
-	"roomy": {"roomy", harness.Options{DRAM: "256MiB", G3Size: "1GiB"}, 1 << 20},
+		Extra: []string{"--g3-segment-size", "16MiB"}}, 512 << 10, false, false},
+	"g4":    {"g4", harness.Options{DRAM: "16MiB", G3Size: "0", BlockSize: "128KiB"}, 384 << 10, false, false},
+	"roomy": {"roomy", harness.Options{DRAM: "256MiB", G3Size: "1GiB"}, 1 << 20, false, false},
+	// Not in the default rotation (select with CTXMEM_SOAK_PROFILES):
+	// G3 alone, smaller than what the soak keeps live plus the
+	// overwritten garbage, so G3 fills and cannot reclaim.
+	"g3only": {"g3only", harness.Options{DRAM: "8MiB", G3Size: "32MiB", BlockSize: "64KiB", G4: "none",
+		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, true, false},
+	// DRAM only.
+	"dram": {"dram", harness.Options{DRAM: "32MiB", G3Size: "0", G4: "none"}, 256 << 10, true, true},
 }
 
 const (
@@ -92,6 +106,10 @@ type soak struct {
 	st      stats
 	cycle   int
 	kept    bool
+	// snapshot (CTXMEM_SOAK_SNAPSHOT=1): copy the data dir before every
+	// restart; preCycle is the cycle whose start the copy precedes.
+	snapshot bool
+	preCycle int
 	// cycleFirstVersion[c-1] is the first version number cycle c used;
 	// cycleLog says how each cycle of the current epoch ended.
 	cycleFirstVersion []uint64
@@ -102,7 +120,7 @@ type soak struct {
 	fails             []failure
 	maxMount          time.Duration
 	// live counters, updated by workers
-	liveReads, filesWritten, fsyncs, nbdWrites, nbdFlushes, bytesWritten atomic.Int64
+	liveReads, filesWritten, fsyncs, nbdWrites, nbdFlushes, bytesWritten, enospc atomic.Int64
 }
 
 func envInt(name string, def int) int {
@@ -149,6 +167,7 @@ func TestSoak(t *testing.T) {
 	s := &soak{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
 		keep: envOr("CTXMEM_SOAK_KEEP", "/var/tmp/ctxmem-soak")}
 	s.st.Kills = map[string]int{}
+	s.snapshot = os.Getenv("CTXMEM_SOAK_SNAPSHOT") == "1"
 	s.bin = os.Getenv("CTXMEM_E2E_BIN")
 	if s.bin == "" {
 		dir := t.TempDir()
@@ -249,6 +268,17 @@ func (s *soak) endEpoch() {
 
 func (s *soak) startAgain() {
 	s.killed.Store(false)
+	if s.snapshot {
+		// The data dir exactly as the kill left it: a failure found by this
+		// start can be replayed by starting ctxmemd on the copy.
+		pre := filepath.Join(s.keep, "pre-restart")
+		_ = os.RemoveAll(pre)
+		_ = os.MkdirAll(s.keep, 0o755)
+		if out, err := exec.Command("cp", "-a", "--reflink=auto", s.d.DataDir, pre).CombinedOutput(); err != nil {
+			s.t.Fatalf("snapshot %s: %v: %s", s.d.DataDir, err, out)
+		}
+		s.preCycle = s.cycle
+	}
 	s.d.StartAgain()
 	s.checkResponsive()
 }
@@ -349,6 +379,12 @@ func (s *soak) keepEvidence(kind, msg string) (note string) {
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			_ = exec.Command("cp", "-a", s.d.DataDir, filepath.Join(dir, "data")).Run()
 			_ = exec.Command("cp", "-a", s.d.LogPath, filepath.Join(dir, "daemon.log")).Run()
+			if s.snapshot && s.preCycle == s.cycle {
+				if os.Rename(filepath.Join(s.keep, "pre-restart"), filepath.Join(dir, "data-before-restart")) == nil {
+					note += fmt.Sprintf("\ndata-before-restart: the data dir as the kill before this cycle's start left it; replay the start with\n  %s %s",
+						s.bin, strings.Join(replayArgs(s.d.Args(), s.d.DataDir, filepath.Join(dir, "data-before-restart")), " "))
+				}
+			}
 			note = fmt.Sprintf("\nkept: %s (data dir after the failure, daemon.log; daemon args: %s)", dir, strings.Join(s.d.Args(), " "))
 			note += "\nreproduce: CTXMEM_SOAK=1 CTXMEM_SOAK_SEED=" + fmt.Sprintf("%#x", s.seed) + " make soak (timing makes a replay approximate)"
 			_ = os.WriteFile(filepath.Join(dir, "REPORT"), []byte(msg+note+"\n\n"+s.report()+"\n\nthis data dir's cycles:\n"+
@@ -373,11 +409,34 @@ bytes verified after restart %s (acknowledged: %s)
 files checked                %d: acked version exact %d, newer unacked version %d, lost-allowed %d, prefix/empty-allowed %d, temp files %d
 export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d
 live verified reads          %d
-written                      %d files (%d fsync'd), %d NBD writes, %d NBD flushes, %s
+written                      %d files (%d fsync'd), %d NBD writes, %d NBD flushes, %s; ENOSPC answers %d
 slowest mount+NBD answer     %s
 WRONG BYTES                  %d`,
 		st.Cycles, st.Kills, mib(st.BytesVerified), mib(st.AckedBytes), st.FilesChecked, st.FilesAcked, st.FilesNewer,
 		st.FilesLostAllow, st.FilesTruncAllow, st.TmpChecked, st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK,
-		s.liveReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(), mib(s.bytesWritten.Load()),
+		s.liveReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(),
 		s.maxMount.Round(time.Millisecond), st.WrongBytes)
+}
+
+// replayArgs are the daemon's arguments with the data dir replaced (and
+// the mount, admin socket and NBD socket moved next to it).
+func replayArgs(args []string, from, to string) []string {
+	out := make([]string, len(args))
+	base := filepath.Dir(to)
+	for i, a := range args {
+		switch {
+		case a == from:
+			a = to
+		case i > 0 && args[i-1] == "--mount":
+			a = filepath.Join(base, "mnt")
+		case i > 0 && args[i-1] == "--admin":
+			a = filepath.Join(base, "admin.sock")
+		case i > 0 && args[i-1] == "--config":
+			a = os.DevNull
+		case strings.HasPrefix(a, "unix://"):
+			a = "unix://" + filepath.Join(base, "nbd.sock")
+		}
+		out[i] = a
+	}
+	return out
 }
