@@ -18,9 +18,10 @@
 // CTXMEM_SOAK_CYCLES (default 1000), CTXMEM_SOAK_DURATION (a Go duration;
 // stop after it, whichever comes first), CTXMEM_SOAK_SEED, CTXMEM_SOAK_EPOCH
 // (cycles per data directory, default 40), CTXMEM_SOAK_PROFILES (comma list
-// of tiny,small,g4,roomy), CTXMEM_SOAK_KEEP (where a failure's data dir,
-// log and report are kept; default /var/tmp/ctxmem-soak), CTXMEM_E2E_BIN (a
-// prebuilt binary).
+// of tiny,small,g4,roomy — the default — and g3only, dram), CTXMEM_SOAK_KEEP
+// (where a failure's data dir, log and report are kept; default
+// /var/tmp/ctxmem-soak), CTXMEM_SOAK_SNAPSHOT=1 (also keep the data dir as
+// it was before the failing start), CTXMEM_E2E_BIN (a prebuilt binary).
 package soak
 
 import (
