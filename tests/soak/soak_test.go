@@ -380,14 +380,14 @@ func (s *soak) keepEvidence(kind, msg string) (note string) {
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			_ = exec.Command("cp", "-a", s.d.DataDir, filepath.Join(dir, "data")).Run()
 			_ = exec.Command("cp", "-a", s.d.LogPath, filepath.Join(dir, "daemon.log")).Run()
+			note = fmt.Sprintf("\nkept: %s (data dir after the failure, daemon.log; daemon args: %s)", dir, strings.Join(s.d.Args(), " "))
+			note += "\nreproduce: CTXMEM_SOAK=1 CTXMEM_SOAK_SEED=" + fmt.Sprintf("%#x", s.seed) + " make soak (timing makes a replay approximate)"
 			if s.snapshot && s.preCycle == s.cycle {
 				if os.Rename(filepath.Join(s.keep, "pre-restart"), filepath.Join(dir, "data-before-restart")) == nil {
 					note += fmt.Sprintf("\ndata-before-restart: the data dir as the kill before this cycle's start left it; replay the start with\n  %s %s",
 						s.bin, strings.Join(replayArgs(s.d.Args(), s.d.DataDir, filepath.Join(dir, "data-before-restart")), " "))
 				}
 			}
-			note = fmt.Sprintf("\nkept: %s (data dir after the failure, daemon.log; daemon args: %s)", dir, strings.Join(s.d.Args(), " "))
-			note += "\nreproduce: CTXMEM_SOAK=1 CTXMEM_SOAK_SEED=" + fmt.Sprintf("%#x", s.seed) + " make soak (timing makes a replay approximate)"
 			_ = os.WriteFile(filepath.Join(dir, "REPORT"), []byte(msg+note+"\n\n"+s.report()+"\n\nthis data dir's cycles:\n"+
 				strings.Join(s.cycleLog, "\n")+"\n"), 0o644)
 		}
