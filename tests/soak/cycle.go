@@ -30,6 +30,9 @@ func (s *soak) pickMode() string {
 	case r < 50:
 		return killFsync
 	case r < 62:
+		if s.noNBD {
+			return killFsync
+		}
 		return killNBDFlush
 	case r < 84:
 		return killWriteback
@@ -218,6 +221,9 @@ func (s *soak) startWorkload(mode string) *workload {
 		fsyncPct = 10
 	}
 	nbd := make([]*nbdPair, nNBDWriters)
+	if s.noNBD {
+		nbd = nil
+	}
 	for i := range nbd {
 		nbd[i] = s.openNBDPair()
 	}

@@ -21,7 +21,8 @@
 // of tiny,small,g4,roomy — the default — and g3only, dram), CTXMEM_SOAK_KEEP
 // (where a failure's data dir, log and report are kept; default
 // /var/tmp/ctxmem-soak), CTXMEM_SOAK_SNAPSHOT=1 (also keep the data dir as
-// it was before the failing start), CTXMEM_E2E_BIN (a prebuilt binary).
+// it was before the failing start), CTXMEM_SOAK_NBD=0 (files only),
+// CTXMEM_E2E_BIN (a prebuilt binary).
 package soak
 
 import (
@@ -111,6 +112,9 @@ type soak struct {
 	// restart; preCycle is the cycle whose start the copy precedes.
 	snapshot bool
 	preCycle int
+	// noNBD (CTXMEM_SOAK_NBD=0): files only; the export is served but not
+	// written or verified.
+	noNBD bool
 	// cycleFirstVersion[c-1] is the first version number cycle c used;
 	// cycleLog says how each cycle of the current epoch ended.
 	cycleFirstVersion []uint64
@@ -169,6 +173,7 @@ func TestSoak(t *testing.T) {
 		keep: envOr("CTXMEM_SOAK_KEEP", "/var/tmp/ctxmem-soak")}
 	s.st.Kills = map[string]int{}
 	s.snapshot = os.Getenv("CTXMEM_SOAK_SNAPSHOT") == "1"
+	s.noNBD = os.Getenv("CTXMEM_SOAK_NBD") == "0"
 	s.bin = os.Getenv("CTXMEM_E2E_BIN")
 	if s.bin == "" {
 		dir := t.TempDir()
@@ -180,7 +185,7 @@ func TestSoak(t *testing.T) {
 		}
 		s.bin = bin
 	}
-	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, binary %s", seed, cycles, epochLen, profNames, s.bin)
+	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, NBD %v, binary %s", seed, cycles, epochLen, profNames, !s.noNBD, s.bin)
 	start := time.Now()
 	for s.cycle = 1; s.cycle <= cycles; s.cycle++ {
 		if !deadline.IsZero() && time.Now().After(deadline) {
