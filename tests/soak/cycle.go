@@ -3,6 +3,7 @@ package soak
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -364,6 +365,13 @@ func (w *workload) fileReader(wi int, rng *rand.Rand) {
 		}
 		w.mark(wi, "read "+s.path(f))
 		got, err := os.ReadFile(s.path(f))
+		if err != nil && s.prof.mayFill && errors.Is(err, fs.ErrNotExist) && !s.killed.Load() {
+			// No G4: a block G3 cannot keep makes its file lost, whole.
+			s.lostLive.Add(1)
+			f.acked, f.pending, f.live = nil, nil, nil
+			f.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			f.mu.Unlock()
 			s.workerFail("I/O ERROR", fmt.Sprintf("reader: file %d (live version %d): %v", f.id, f.live.v, err), true)
