@@ -365,6 +365,12 @@ func (w *workload) fileReader(wi int, rng *rand.Rand) {
 		}
 		w.mark(wi, "read "+s.path(f))
 		got, err := os.ReadFile(s.path(f))
+		if err != nil && s.prof.mayFill && errors.Is(err, syscall.EIO) && !s.killed.Load() {
+			var st syscall.Stat_t // EIO at the read that found the loss, then ENOENT
+			if e := syscall.Stat(s.path(f), &st); errors.Is(e, syscall.ENOENT) {
+				err = e
+			}
+		}
 		if err != nil && s.prof.mayFill && errors.Is(err, fs.ErrNotExist) && !s.killed.Load() {
 			// No G4: a block G3 cannot keep makes its file lost, whole.
 			s.lostLive.Add(1)

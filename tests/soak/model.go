@@ -115,6 +115,7 @@ type stats struct {
 	// acknowledged files gone after restart on a profile without G4, where
 	// G3 reclaim drops files (counted in FilesLostAllow too)
 	FilesAckedCapLost int64
+	FilesEIOGone      int64 // read after restart got EIO, then the file was gone (counted as absent)
 	TmpChecked        int64
 	BytesVerified     int64 // every byte compared after restarts (files + export)
 	AckedBytes        int64 // of which acknowledged bytes (file acked versions, durable sectors)

@@ -412,14 +412,14 @@ func (s *soak) report() string {
 	return fmt.Sprintf(`cycles                       %d
 kills/stops by point         %v
 bytes verified after restart %s (acknowledged: %s)
-files checked                %d: acked version exact %d, newer unacked version %d, lost-allowed %d (of them acknowledged, no-G4 profile: %d), prefix/empty-allowed %d, temp files %d
+files checked                %d: acked version exact %d, newer unacked version %d, lost-allowed %d (of them acknowledged, no-G4 profile: %d), prefix/empty-allowed %d, temp files %d, EIO then gone %d
 export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d
 live verified reads          %d
 written                      %d files (%d fsync'd), %d NBD writes, %d NBD flushes, %s; ENOSPC answers %d; files lost while running (no G4) %d
 slowest mount+NBD answer     %s
 WRONG BYTES                  %d`,
 		st.Cycles, st.Kills, mib(st.BytesVerified), mib(st.AckedBytes), st.FilesChecked, st.FilesAcked, st.FilesNewer,
-		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK,
+		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.FilesEIOGone, st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK,
 		s.liveReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(), s.lostLive.Load(),
 		s.maxMount.Round(time.Millisecond), st.WrongBytes)
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // verify checks, after a start, every file of the namespace and every
@@ -83,6 +84,15 @@ func (s *soak) readFile(p string) []byte {
 		got, err = os.ReadFile(p)
 		return err
 	})
+	if errors.Is(err, syscall.EIO) {
+		// Documented: the read that finds a file's block gone from every
+		// tier gets EIO and the file is removed (later lookups ENOENT).
+		var st syscall.Stat_t
+		if e := s.timed("stat "+p, opTimeout, func() error { return syscall.Stat(p, &st) }); errors.Is(e, syscall.ENOENT) {
+			s.st.FilesEIOGone++
+			return nil
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
