@@ -73,7 +73,7 @@ bench: deps-test build
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/
 	bash tests/bench/run.sh
 
-# Crash soak (tests/soak): SOAK_CYCLES cycles (about 1.5 s each), or until
+# Crash soak (tests/soak): SOAK_CYCLES cycles (about 1-1.5 s each), or until
 # SOAK_DURATION (a Go duration, e.g. 30m) if that comes first. SOAK_SEED
 # replays a run's random choices; SOAK_PROFILES picks tier configurations
 # (tiny,small,g4,roomy; also g3only, dram); a failure keeps its evidence in
