@@ -5,6 +5,9 @@
 #   make bench   benchmarks (Go benchmarks, fio through the mount vs tmpfs,
 #                trace replay); long, not part of make test
 #   make man     the manual page, build/ctxmemd.1.gz (from `ctxmemd man`)
+#   make soak    crash soak: kill -9 / restart / verify cycles through the
+#                mount and the NBD export (SOAK_CYCLES, SOAK_DURATION);
+#                long, not part of make test
 
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -25,7 +28,7 @@ NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 NATSSRV   := github.com/nats-io/nats-server/v2@v2.15.2
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test bench deps-run deps-test vet fmt-check clean deb rpm pkg-bin man
+.PHONY: all build run test bench soak deps-run deps-test vet fmt-check clean deb rpm pkg-bin man
 
 all: build
 
@@ -69,6 +72,26 @@ bench: deps-test build
 	$(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/
 	bash tests/bench/run.sh
+
+# Crash soak (tests/soak): SOAK_CYCLES cycles (about 1-1.5 s each), or until
+# SOAK_DURATION (a Go duration, e.g. 30m) if that comes first. SOAK_SEED
+# replays a run's random choices; SOAK_PROFILES picks tier configurations
+# (tiny,small,g4,roomy; also g3only, dram); a failure keeps its evidence in
+# SOAK_KEEP (SOAK_SNAPSHOT=1: also the data dir before the failing start).
+SOAK_CYCLES   ?= 1000
+SOAK_DURATION ?=
+SOAK_SEED     ?=
+SOAK_PROFILES ?=
+SOAK_KEEP     ?= /var/tmp/ctxmem-soak
+SOAK_SNAPSHOT ?=
+SOAK_NBD      ?=
+
+soak: deps-run build
+	$(SUDO) env PATH="$$PATH" CTXMEM_SOAK=1 CTXMEM_E2E_BIN=$(CURDIR)/$(BIN) CTXMEM_SOAK_CYCLES=$(SOAK_CYCLES) \
+	  CTXMEM_SOAK_DURATION=$(SOAK_DURATION) CTXMEM_SOAK_SEED=$(SOAK_SEED) \
+	  CTXMEM_SOAK_PROFILES=$(SOAK_PROFILES) CTXMEM_SOAK_KEEP=$(SOAK_KEEP) CTXMEM_SOAK_SNAPSHOT=$(SOAK_SNAPSHOT) \
+	  CTXMEM_SOAK_NBD=$(SOAK_NBD) \
+	  $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./tests/soak/
 
 # Package version: a release tag (v1.2.3[-N-gHASH]) loses its v; before the
 # first tag git describe gives a bare hash, which becomes 0.0.0-git.<hash>.
