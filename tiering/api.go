@@ -56,6 +56,10 @@ type TierUsage struct {
 	// Degraded is set while the tier's backend does not answer (its
 	// latest call failed); it clears by itself on the next success.
 	Degraded bool `json:"degraded"`
+	// Recovering is set (with Degraded) while the store waits for the
+	// tier's first listing: it started while the tier did not answer, and
+	// blocks only the tier holds read as I/O errors until it does.
+	Recovering bool `json:"recovering,omitempty"`
 }
 
 // Errors returned by the Store (test with errors.Is). Tier errors

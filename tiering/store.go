@@ -156,6 +156,8 @@ type Store struct {
 
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
+	g4recState // G4's recovery when Open could not list it (g4recover.go)
+
 	c      counters
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -211,6 +213,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
+	s.startG4Recovery()
 	return s, nil
 }
 
@@ -667,6 +670,9 @@ func (s *Store) Occupancy() []TierUsage {
 		}
 		if h, ok := t.(tier.HealthReporter); ok {
 			tu.Degraded = !h.Healthy()
+		}
+		if t == s.g4 && s.g4Waiting() {
+			tu.Degraded, tu.Recovering = true, true
 		}
 		out = append(out, tu)
 	}

@@ -77,7 +77,10 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			use = fmt.Sprintf("%.1f%%", 100*float64(t.UsedBytes)/float64(t.CapacityBytes))
 		}
 		state := "ok"
-		if t.Degraded {
+		switch {
+		case t.Recovering:
+			state = "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
+		case t.Degraded:
 			state = "DEGRADED (backend not answering)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks, state)
