@@ -30,7 +30,8 @@ import (
 //
 // When a Range of G4 succeeds, reconcileG4 applies what recovery would
 // have decided, to the blocks that nothing has changed since: a listed
-// block gets inG4 (also for blocks held in G3); an assumed block that is
+// block not in G3 gets inG4 (G3 wins where both hold one, see recover); an
+// assumed block that is
 // not listed and has no other copy makes its object lost, as it would
 // have been at Open; exports get their G4 blocks; then listed copies that
 // no live block uses are queued for deletion (copyState re-checks each one
@@ -151,11 +152,15 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 		}
 		_, inList := listed[k]
 		switch {
+		case b.inG3:
+			// G3 wins, as in recover: a G4 copy of a block G3 holds may
+			// be a stale one whose delete failed during the outage.
+			b.inG4 = false
 		case inList:
 			b.inG4 = true
 			used[k] = true
 			confirmed++
-		case b.inG3 || b.inG35 || b.g2.Load() != nil:
+		case b.inG35 || b.g2.Load() != nil:
 			b.inG4 = false
 		default:
 			lost[o.id] = k

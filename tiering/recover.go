@@ -100,7 +100,16 @@ func (s *Store) recover() error {
 					lost = append(lost, id)
 					return
 				}
-				o.blocks[idx] = &blockState{inG3: l.g3, inG4: l.g4}
+				in4 := l.g4
+				if l.g3 && l.g4 {
+					// G3 wins: the G4 copy may be stale (written back to G3
+					// while G4 was down, the delete of the G4 copy failed)
+					// and trusting it would let a later G3 eviction skip
+					// the upload and serve the old bytes. The G4 copy is
+					// garbage (unused below).
+					in4 = false
+				}
+				o.blocks[idx] = &blockState{inG3: l.g3, inG4: in4}
 				if rec4 != nil {
 					rec4.blocks[k] = o.blocks[idx]
 				}
@@ -109,8 +118,10 @@ func (s *Store) recover() error {
 				}
 			}
 		}
-		for idx := range o.blocks {
-			used[o.key(idx)] = true
+		for idx, b := range o.blocks {
+			if b.inG3 || b.inG4 {
+				used[o.key(idx)] = true
+			}
 		}
 		s.objects[id] = o
 	})
@@ -134,6 +145,11 @@ func (s *Store) recover() error {
 		}
 		if l.g4 {
 			s.gc(s.g4, k)
+		}
+	}
+	for k, l := range present {
+		if used[k] && l.g3 && l.g4 {
+			s.gc(s.g4, k) // G3 won (above); copyState keeps it if that changes
 		}
 	}
 	s.nextID, s.idLimit = maxID+1, maxID+1
