@@ -1008,7 +1008,7 @@ func TestE2ES3StartUnreachable(t *testing.T) {
 			t.Setenv("AWS_ACCESS_KEY_ID", c.srv.AccessKey)
 			t.Setenv("AWS_SECRET_ACCESS_KEY", c.srv.SecretKey)
 			start := time.Now()
-			d := harness.Start(t, bin, harness.Options{DRAM: "16MiB", G3Size: "64MiB", G4: s3URL(c.srv, c.srv.Bucket, "p"),
+			d := harness.Start(t, bin, harness.Options{DRAM: "16MiB", G3Size: "256MiB", G4: s3URL(c.srv, c.srv.Bucket, "p"),
 				MountTimeout: 60 * time.Second})
 			took := time.Since(start)
 			t.Logf("mounted after %v with the %s endpoint", took.Round(time.Millisecond), c.name)

@@ -64,32 +64,34 @@ func (s *Store) evictOne(r bref) {
 		s.log.Error("clean G2 block without a lower copy", "object", r.id, "block", r.idx)
 		return
 	}
-	if !b.inG3 && s.g3 != nil {
+	if !b.inG3 && s.g3 != nil && !o.isBusy(r.idx) {
 		if s.place.policy.PredictReuse(r.hash()) && s.admitG3(r) {
 			k, n := o.key(r.idx), o.blockLen(r.idx)
 			buf, err := s.pool.get(n)
 			if err == nil {
 				copyBlock(buf[:n], b.g2.Load(), 0)
-				b.wbBusy = true // no write-back of a newer version may race this put
+				ver := b.version
+				o.beginBusy(r.idx) // no write-back of a newer version may race this put
 				o.mu.Unlock()
 				ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 				err = s.g3.Put(ctx, k, buf[:n])
 				cancel()
 				s.pool.put(buf)
 				o.mu.Lock()
-				b.wbBusy = false
 				live := !o.deleted && o.gen == k.Gen && o.blocks[r.idx] == b
-				if err == nil && live {
-					// If the block was rewritten meanwhile the copy is stale;
-					// its write-back (deferred by wbBusy) replaces or
-					// deletes it before the object is recorded clean.
+				switch {
+				case err == nil && live && b.version == ver:
 					b.inG3 = true
+					o.clearStale(r.idx, staleG3)
 					s.c.demotions[tiG3].Add(1)
+				case err == nil && !o.deleted && o.gen == k.Gen:
+					// Rewritten or dropped meanwhile: the copy is stale.
+					o.markStale(r.idx, staleG3)
+					s.gc(s.g3, k)
+				case err == nil:
+					s.gc(s.g3, k)
 				}
-				if live && b.dirty && !b.queued {
-					b.queued = true
-					s.enqueueWB(r)
-				}
+				s.endBusyLocked(o, r.idx, true)
 				if !live || b.dirty || o.pinned {
 					o.mu.Unlock()
 					return
@@ -166,9 +168,10 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	// The G4 write runs without the object lock, so a slow object store
 	// does not stall the object's readers and writers; the block keeps
 	// reading from G3 meanwhile (the segment is not reused before this hook
-	// returns), and wbBusy keeps a write-back of a newer version from
-	// racing this put to the same key.
-	b.wbBusy = true
+	// returns), and the busy span keeps a write-back of a newer version
+	// from racing this put to the same key.
+	ver := b.version
+	o.beginBusy(k.Index)
 	o.mu.Unlock()
 	err := errors.New("no G4")
 	if s.g4 != nil {
@@ -176,28 +179,33 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		err = s.g4.Put(ctx, k, data)
 		cancel()
 		if err != nil {
-			s.log.Warn("demote to G4 failed", "key", k.String(), "err", err)
+			s.logLimited("demote to G4 failed", "key", k.String(), "err", err)
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	b.wbBusy = false
+	defer s.endBusyLocked(o, k.Index, true)
 	if o.deleted || o.gen != k.Gen || o.blocks[k.Index] != b {
 		if err == nil {
+			if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[k.Index], s.g4) {
+				o.markStale(k.Index, staleG4)
+			}
 			s.gc(s.g4, k)
 		}
 		return id, true
 	}
-	if b.dirty && !b.queued {
-		b.queued = true
-		s.enqueueWB(bref{id, k.Index})
+	if err == nil && b.version != ver {
+		// Rewritten during the put: this copy is stale; write-back stores
+		// the new bytes.
+		b.inG3 = false
+		o.markStale(k.Index, staleG4)
+		s.gc(s.g4, k)
+		return id, true
 	}
 	b.inG3 = false
 	if err == nil {
-		// If the block was rewritten meanwhile this copy is stale; write-back
-		// replaces or deletes it (see writeBack) before the object is
-		// recorded clean again.
 		b.inG4 = true
+		o.clearStale(k.Index, staleG4)
 		s.c.demotions[tiG4].Add(1)
 		return id, true
 	}

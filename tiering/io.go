@@ -372,7 +372,8 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		s.place.remove(r)
 		s.g2mu.Unlock()
 	}
-	b.version++
+	o.wseq++
+	b.version = o.wseq
 	if !b.queued {
 		b.queued = true
 		s.enqueueWB(r)
@@ -410,6 +411,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 			return err
 		}
 		o.gen++
+		o.stale = nil // copies of the old generation's keys are garbage, never read
 		o.size = 0
 		s.scheduleClean(o)
 		o.mu.Unlock()
@@ -450,7 +452,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 }
 
 // persistCleanLocked writes the object's clean record and wakes Flush
-// waiters. o.mu held for writing; o.dirty must be 0.
+// waiters. o.mu held for writing; o.clean() must hold.
 func (s *Store) persistCleanLocked(o *object) error {
 	if err := s.meta.put(o.id, o.record(stateClean)); err != nil {
 		return fmt.Errorf("persist object %d: %w", o.id, err)
@@ -485,7 +487,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			o.mu.Unlock()
 			return ErrNotExist
 		}
-		if o.dirty == 0 {
+		if o.clean() {
 			var err error
 			if o.metaDirty {
 				err = s.persistCleanLocked(o)

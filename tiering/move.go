@@ -93,8 +93,8 @@ func (s *Store) movable(ctx context.Context, id ObjectID) ([]uint32, error) {
 }
 
 // sinkBlock gives block idx a G4 copy and drops its G3 and G2 copies.
-// The G4 put runs without the object lock (wbBusy keeps write-back of a
-// newer version from racing it, as in demoteOne).
+// The G4 put runs without the object lock (the busy span keeps write-back
+// of a newer version from racing it, as in demoteOne).
 func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte) (moved bool, released int, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -102,7 +102,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 	if o.deleted {
 		return false, 0, ErrNotExist
 	}
-	if b == nil || b.dirty || b.wbBusy || o.pinned {
+	if b == nil || b.dirty || o.isBusy(idx) || o.pinned {
 		return false, 0, nil // rewritten meanwhile: its write-back places it
 	}
 	k := o.key(idx)
@@ -114,36 +114,36 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		} else if _, err := s.readLower(ctx, o, idx, b, data, 0); err != nil {
 			return false, 0, fmt.Errorf("sink %s: read: %w", k, err)
 		}
-		b.wbBusy = true
+		ver := b.version
+		o.beginBusy(idx)
 		o.mu.Unlock()
 		err := s.g4.Put(ctx, k, data)
 		o.mu.Lock()
-		b.wbBusy = false
-		live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b
+		defer s.endBusyLocked(o, idx, true) // runs before the deferred unlock
+		live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver
 		if !live {
 			if err == nil {
+				if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[idx], s.g4) {
+					o.markStale(idx, staleG4)
+				}
 				s.gc(s.g4, k)
 			}
-			return false, 0, nil
-		}
-		if b.dirty && !b.queued {
-			b.queued = true
-			s.enqueueWB(bref{o.id, idx})
+			return false, 0, nil // rewritten or dropped: its write-back places it
 		}
 		if err != nil {
 			return false, 0, fmt.Errorf("sink %s: %w", k, err)
 		}
 		b.inG4 = true
+		o.clearStale(idx, staleG4)
 		moved = true
 		s.c.demotions[tiG4].Add(1)
-		if b.dirty {
-			// Rewritten during the put: the G4 copy is stale and the
-			// write-back of the new bytes replaces it.
-			return moved, 0, nil
-		}
 	}
 	if b.inG3 {
+		// Until it is deleted the G3 copy would outlive a rewrite of the
+		// key to G4: recorded stale, so the object is not recorded clean
+		// with it.
 		b.inG3 = false
+		o.markStale(idx, staleG3)
 		s.gc(s.g3, k)
 		s.c.evictions[tiG3].Add(1)
 		released++

@@ -46,11 +46,12 @@ type blockState struct {
 	inG4   bool
 	dirty  bool
 	queued bool // waiting in the write-back queue
-	// wbBusy is set while a write-back worker stores this block: a second
-	// worker must not store an older copy after a newer one.
-	wbBusy  bool
-	version uint64 // bumped by every write
-	dirtyN  int64  // bytes this block adds to Store.g2dirty while dirty
+	// version is the object's write sequence (object.wseq) at this block's
+	// latest write: unique across every block state the object ever had,
+	// so a put that started before a truncate dropped the block can never
+	// be mistaken for a put of the block written after it.
+	version uint64
+	dirtyN  int64 // bytes this block adds to Store.g2dirty while dirty
 	// cleanVer is the latest version stored below G2 (NBD FLUSH waits for it).
 	cleanVer uint64
 	retries  int // consecutive failed write-backs (tier unavailable)
@@ -62,16 +63,33 @@ type blockState struct {
 // alone or innermost. No lock is held while waiting for G2 space or for the
 // dirty bound.
 type object struct {
-	mu        sync.RWMutex
-	id        ObjectID
-	ns        string
-	kind      string
-	bs        int
-	size      int64
-	gen       uint64
-	pinned    bool
-	created   time.Time
-	blocks    map[uint32]*blockState
+	mu      sync.RWMutex
+	id      ObjectID
+	ns      string
+	kind    string
+	bs      int
+	size    int64
+	gen     uint64
+	pinned  bool
+	created time.Time
+	blocks  map[uint32]*blockState
+	// wseq numbers the object's block writes (blockState.version); it only
+	// grows, also across truncates and TRIMs that drop block states.
+	wseq uint64
+	// busy counts, per block index, the copies of the block's key being
+	// stored or deleted below G2 without the object lock (write-back,
+	// eviction to G3, demote, sink, share, GC). A write-back starts only
+	// when its index is not busy, so two different versions of one key are
+	// never in flight at once; whoever ends the last busy span requeues the
+	// block if it is dirty (endBusyLocked).
+	busy map[uint32]int
+	// stale records, per block index of the current generation, the tiers
+	// (tierBit) that may still hold a copy of the key that is not the live
+	// block's bytes: a dropped block's copies waiting for deletion, a put
+	// that finished after its block was dropped, a failed delete. While
+	// any is recorded the object is never recorded clean, so recovery (which
+	// trusts every copy of a clean object's keys) cannot serve them.
+	stale     map[uint32]uint8
 	dirty     int  // blocks with dirty set
 	metaDirty bool // the persisted record is absent or says "dirty"
 	persisted bool // meta.db holds a record of this object
@@ -81,6 +99,49 @@ type object struct {
 	// on disk; Flush waits on it.
 	flushed chan struct{}
 }
+
+// Tier bits of object.stale.
+const (
+	staleG3 uint8 = 1 << iota
+	staleG4
+)
+
+func (o *object) isBusy(idx uint32) bool { return o.busy[idx] > 0 }
+
+// beginBusy marks an I/O on block idx's key in flight. o.mu held for writing.
+func (o *object) beginBusy(idx uint32) {
+	if o.busy == nil {
+		o.busy = make(map[uint32]int)
+	}
+	o.busy[idx]++
+}
+
+func (o *object) markStale(idx uint32, bit uint8) {
+	if bit == 0 {
+		return
+	}
+	if o.stale == nil {
+		o.stale = make(map[uint32]uint8)
+	}
+	o.stale[idx] |= bit
+}
+
+// clearStale forgets bit for idx and reports whether no stale copy is left
+// anywhere in the object.
+func (o *object) clearStale(idx uint32, bit uint8) bool {
+	if v, ok := o.stale[idx]; ok {
+		if v &^= bit; v == 0 {
+			delete(o.stale, idx)
+		} else {
+			o.stale[idx] = v
+		}
+	}
+	return len(o.stale) == 0
+}
+
+// clean reports whether the object may be recorded clean: no dirty block
+// and no stale copy of a live key below G2.
+func (o *object) clean() bool { return o.dirty == 0 && len(o.stale) == 0 }
 
 func (o *object) key(idx uint32) tier.Key {
 	return tier.Key{Namespace: o.ns, Object: uint64(o.id), Index: idx, Gen: o.gen}

@@ -61,7 +61,7 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 	if o.deleted {
 		return false, ErrNotExist
 	}
-	if b == nil || b.inG35 || b.dirty || b.wbBusy {
+	if b == nil || b.inG35 || b.dirty || o.isBusy(idx) {
 		return false, nil
 	}
 	k := o.key(idx)
@@ -72,16 +72,12 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 		return false, fmt.Errorf("share %s: read: %w", k, err)
 	}
 	ver := b.version
-	b.wbBusy = true
+	o.beginBusy(idx)
 	o.mu.Unlock()
 	err := s.g35.Put(ctx, k, data)
 	o.mu.Lock()
-	b.wbBusy = false
+	s.endBusyLocked(o, idx, true)
 	live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver && !b.dirty
-	if b.dirty && !b.queued && !o.deleted && o.blocks[idx] == b {
-		b.queued = true
-		s.enqueueWB(bref{o.id, idx})
-	}
 	if err != nil {
 		return false, fmt.Errorf("share %s: %w", k, err)
 	}

@@ -156,6 +156,8 @@ type Store struct {
 
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
+	logLim logLimiter
+
 	g4recState // G4's recovery when Open could not list it (g4recover.go)
 
 	c      counters
@@ -438,12 +440,14 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 	}
 	k := o.key(idx)
 	if b.inG3 {
+		o.markStale(idx, staleG3) // the key may be written again before GC deletes it
 		s.gc(s.g3, k)
 	}
 	if b.inG35 {
 		s.gc(s.g35, k)
 	}
 	if b.inG4 {
+		o.markStale(idx, staleG4)
 		s.gc(s.g4, k)
 	}
 	delete(o.blocks, idx)

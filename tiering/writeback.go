@@ -70,6 +70,13 @@ func (s *Store) writeBackLoop() {
 // watermark or admission predicts reuse, else to G4; G3 full → G4. When no
 // tier takes it the object is dropped (files) or the block is retried
 // (NBD exports, and transient failures up to wbRetries times).
+//
+// Identity: the put runs without the object lock, and the block may be
+// dropped (truncate, TRIM) and written again meanwhile. The re-check
+// compares the block state pointer and its version (the object's write
+// sequence, unique across block states), never a version alone; a put
+// whose block was replaced stored bytes nobody may read, so its copy is
+// recorded stale and deleted before the object can be recorded clean.
 func (s *Store) writeBack(r bref, buf []byte) {
 	o := s.get(r.id)
 	if o == nil {
@@ -88,13 +95,13 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.mu.Unlock()
 		return
 	}
-	if b.wbBusy {
-		// Another worker is storing an older version; it requeues the
-		// block when it finishes if the block is still dirty.
+	if o.isBusy(r.idx) {
+		// Another copy of this key is being stored or deleted; whoever
+		// ends it requeues the block (endBusyLocked).
 		o.mu.Unlock()
 		return
 	}
-	b.wbBusy = true
+	o.beginBusy(r.idx)
 	n := o.blockLen(r.idx)
 	data := buf[:n]
 	copyBlock(data, g, 0)
@@ -104,60 +111,54 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	o.mu.Unlock()
 
 	ti, err := s.putLower(s.ctx, r, k, data)
-	defer s.requeueIfDirty(o, b, r)
 	if err != nil {
-		if s.ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("write-back failed", "key", k.String(), "err", err)
-		o.mu.Lock()
-		b.retries++
-		tries := b.retries
-		o.mu.Unlock()
-		// Export blocks are retried until a tier takes them; file blocks
-		// while a tier is unavailable, up to wbRetries times.
-		if kind == KindNBD || (errors.Is(err, tier.ErrUnavailable) && tries <= wbRetries) {
-			s.retryWB(r, b, o)
-			return
-		}
-		reason := dropNoSpace
-		if !errors.Is(err, tier.ErrNoSpace) {
-			reason = dropUnavailable
-		}
-		s.dropCount(reason)
-		s.lose(r.id, fmt.Errorf("write-back of %s: %w", k, err))
+		s.writeBackFailed(o, b, r, k, kind, err)
 		return
 	}
 	s.c.demotions[ti].Add(1)
 	t := s.tierAt(ti)
 
 	o.mu.Lock()
-	b = o.blocks[r.idx]
-	if o.deleted || o.gen != k.Gen || b == nil {
+	defer func() {
+		s.endBusyLocked(o, r.idx, true)
 		o.mu.Unlock()
+		s.space.broadcast()
+	}()
+	if o.deleted || o.gen != k.Gen {
 		s.gc(t, k)
+		return
+	}
+	if o.blocks[r.idx] != b {
+		// Dropped (and maybe written again) during the put: the copy in
+		// t is not the live block's.
+		if cur := o.blocks[r.idx]; cur == nil || !s.holds(cur, t) {
+			o.markStale(r.idx, s.tierBit(t))
+			s.gc(t, k)
+		}
 		return
 	}
 	// The block now lives in t. A copy of the same key in the other tier is
 	// stale: it is deleted before the object can be recorded clean, so
 	// recovery never finds two different versions of one key. The delete
 	// runs without the object lock (G3 may need to reclaim a segment, whose
-	// hook takes object locks).
+	// hook takes object locks) while the key stays busy.
 	var staleT tier.Tier
 	if ti == tiG3 {
 		b.inG3 = true
+		o.clearStale(r.idx, staleG3)
 		if b.inG4 {
 			staleT, b.inG4 = s.g4, false
 		}
 	} else {
 		b.inG4 = true
+		o.clearStale(r.idx, staleG4)
 		if b.inG3 {
 			staleT, b.inG3 = s.g3, false
 		}
 	}
 	b.cleanVer = max(b.cleanVer, ver)
 	b.retries = 0
-	if b.version == ver {
+	if b.version == ver && b.dirty {
 		b.dirty = false
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
@@ -169,18 +170,89 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 	}
 	if staleT != nil {
+		o.markStale(r.idx, s.tierBit(staleT))
 		o.mu.Unlock()
-		if err := staleT.Delete(s.ctx, k); err != nil {
-			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
-		}
+		err := staleT.Delete(s.ctx, k)
 		o.mu.Lock()
+		if err != nil {
+			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
+			s.gc(staleT, k) // retried; the object stays unrecorded until then
+		} else if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[r.idx], staleT) {
+			o.clearStale(r.idx, s.tierBit(staleT))
+		}
 	}
 	if !o.deleted {
 		s.signalFlushed(o) // NBD flushes wait for single blocks
 		s.scheduleClean(o)
 	}
+}
+
+// writeBackFailed handles a failed put of block r (version of b): retried
+// while a tier is unavailable (bounded for files), else the object is lost
+// with its reason counted.
+func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, kind string, err error) {
+	o.mu.Lock()
+	b.retries++
+	tries := b.retries
+	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
-	s.space.broadcast()
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.logLimited("write-back failed", "key", k.String(), "err", err)
+	// Export blocks are retried until a tier takes them; file blocks
+	// while a tier is unavailable, up to wbRetries times.
+	if kind == KindNBD || (errors.Is(err, tier.ErrUnavailable) && tries <= wbRetries) {
+		s.retryWB(r, b, o)
+		return
+	}
+	reason := dropNoSpace
+	if !errors.Is(err, tier.ErrNoSpace) {
+		reason = dropUnavailable
+	}
+	s.dropCount(reason)
+	s.lose(r.id, fmt.Errorf("write-back of %s: %w", k, err))
+}
+
+// holds reports whether block state b records a copy in t.
+func (s *Store) holds(b *blockState, t tier.Tier) bool {
+	if b == nil || t == nil {
+		return false
+	}
+	return (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) || (t == s.g35 && b.inG35)
+}
+
+// tierBit is t's bit in object.stale (0 for tiers recovery does not scan).
+func (s *Store) tierBit(t tier.Tier) uint8 {
+	switch {
+	case t == nil:
+		return 0
+	case t == s.g3:
+		return staleG3
+	case t == s.g4:
+		return staleG4
+	}
+	return 0
+}
+
+// endBusyLocked ends one busy span of block idx (see object.busy) and, when
+// it was the last and requeue is set, queues the block for write-back if it
+// is dirty and not queued: a write-back skipped because of the span is not
+// forgotten. o.mu held for writing.
+func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
+	if o.busy[idx]--; o.busy[idx] <= 0 {
+		delete(o.busy, idx)
+	} else {
+		return
+	}
+	if !requeue {
+		return
+	}
+	b := o.blocks[idx]
+	if !o.deleted && b != nil && b.dirty && !b.queued && s.ctx.Err() == nil {
+		b.queued = true
+		s.enqueueWB(bref{o.id, idx})
+	}
 }
 
 // retryWB requeues a block after a pause (bounded for files).
@@ -285,10 +357,13 @@ func (s *Store) gcLoop() {
 	}
 }
 
-// drainGC deletes every queued block copy that no live block uses (errors
-// are logged: a missed delete leaves garbage that the next start
-// collects). Copies of a block with a write in flight are returned, to be
-// decided once the write has finished and the tier flags are true again.
+// drainGC deletes every queued block copy that no live block uses. A copy
+// of a key the live object may still write (its current generation) is
+// deleted inside a busy span of its block, so no write-back of the key can
+// land between the check and the delete; once deleted, its stale record
+// (object.stale) is cleared. Copies of a block with an I/O in flight, and
+// failed deletes of recorded stale copies, are returned to be tried again;
+// other failed deletes leave garbage that the next start collects.
 func (s *Store) drainGC() (deferred []gcItem) {
 	for {
 		s.gcMu.Lock()
@@ -300,19 +375,46 @@ func (s *Store) drainGC() (deferred []gcItem) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		for _, it := range q {
-			switch s.copyState(it.t, it.k) {
+			o, state := s.copyState(it.t, it.k)
+			switch state {
 			case copyLive:
 				continue // the key was written again since it was queued
 			case copyBusy:
 				deferred = append(deferred, it)
 				continue
 			}
-			if err := it.t.Delete(ctx, it.k); err != nil {
-				s.log.Debug("gc delete", "tier", it.t.Name(), "key", it.k.String(), "err", err)
+			err := it.t.Delete(ctx, it.k)
+			if err != nil {
+				s.logLimited("gc delete failed", "tier", it.t.Name(), "key", it.k.String(), "err", err)
+			}
+			if o != nil && s.endGCDelete(o, it, err) {
+				deferred = append(deferred, it)
 			}
 		}
 		cancel()
 	}
+}
+
+// endGCDelete ends the busy span copyState opened for a delete of it's copy
+// in live object o, clears the copy's stale record when the delete worked,
+// and reports whether a failed delete must be retried (the copy is still
+// recorded stale).
+func (s *Store) endGCDelete(o *object, it gcItem, err error) (retry bool) {
+	idx, bit := it.k.Index, s.tierBit(it.t)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s.endBusyLocked(o, idx, true)
+	if o.deleted || o.gen != it.k.Gen {
+		return false
+	}
+	if err != nil {
+		return o.stale[idx]&bit != 0 && s.ctx.Err() == nil
+	}
+	if bit != 0 && o.stale[idx]&bit != 0 && o.clearStale(idx, bit) {
+		s.signalFlushed(o)
+		s.scheduleClean(o)
+	}
+	return false
 }
 
 // Results of copyState.
@@ -326,36 +428,26 @@ const (
 // truncate queue the deletion of a dropped block's copies; a block written
 // again before the queue drains reuses the key, and deleting the new copy
 // would lose it, while keeping a stale copy the tier flags do not know of
-// could serve it after a restart.
-func (s *Store) copyState(t tier.Tier, k tier.Key) int {
+// could serve it after a restart. When the copy is dead and its object
+// may still write the key, copyState opens a busy span of the block and
+// returns the object: the caller deletes and then calls endGCDelete.
+func (s *Store) copyState(t tier.Tier, k tier.Key) (*object, int) {
 	o := s.get(ObjectID(k.Object))
 	if o == nil {
-		return copyDead
+		return nil, copyDead
 	}
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	b := o.blocks[k.Index]
-	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil {
-		return copyDead
-	}
-	if b.wbBusy {
-		return copyBusy
-	}
-	if (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) || (t == s.g35 && b.inG35) {
-		return copyLive
-	}
-	return copyDead
-}
-
-// requeueIfDirty ends a write-back of b: it clears wbBusy and queues the
-// block again when it is still dirty and not queued (written meanwhile,
-// or a failed attempt that is not being retried elsewhere).
-func (s *Store) requeueIfDirty(o *object, b *blockState, r bref) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	b.wbBusy = false
-	if !o.deleted && o.blocks[r.idx] == b && b.dirty && !b.queued && s.ctx.Err() == nil {
-		b.queued = true
-		s.enqueueWB(r)
+	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace {
+		return nil, copyDead // the key is never written again
 	}
+	if o.isBusy(k.Index) {
+		return nil, copyBusy
+	}
+	if s.holds(o.blocks[k.Index], t) {
+		o.clearStale(k.Index, s.tierBit(t))
+		return nil, copyLive
+	}
+	o.beginBusy(k.Index) // ended by endGCDelete
+	return o, copyDead
 }

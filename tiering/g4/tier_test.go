@@ -424,7 +424,7 @@ func (d *deadStore) List(ctx context.Context, prefix string, fn func(g4.ObjectAt
 
 func TestDeadBackend(t *testing.T) {
 	d := &deadStore{ObjectStore: newLocal(t, t.TempDir())}
-	tr := openTier(t, d, g4.TierOptions{Timeout: 20 * time.Millisecond, ListTimeout: 20 * time.Millisecond})
+	tr := openTier(t, d, g4.TierOptions{Timeout: 250 * time.Millisecond, ListTimeout: 250 * time.Millisecond})
 	k := key(9, 0)
 	mustPutBlock(t, tr, k, []byte("stored while alive"))
 	d.dead.Store(true)
