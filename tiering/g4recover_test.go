@@ -23,7 +23,9 @@ type outageTier struct {
 	ranges atomic.Int64 // Range calls, failed ones included
 }
 
-func (t *outageTier) unavailable() error { return fmt.Errorf("%s backend: %w", t.name, tier.ErrUnavailable) }
+func (t *outageTier) unavailable() error {
+	return fmt.Errorf("%s backend: %w", t.name, tier.ErrUnavailable)
+}
 
 func (t *outageTier) Put(ctx context.Context, k tier.Key, d []byte) error {
 	if t.down.Load() {
