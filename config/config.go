@@ -73,6 +73,11 @@ type Config struct {
 	// DirtyBytes bounds bytes in G2 not yet written back; writers wait above
 	// it. Default DRAM/4.
 	DirtyBytes int64
+	// WriteTimeout bounds how long a write(2) or fsync waits without
+	// write-back progress before it fails (ENOSPC when the tiers below G2
+	// are full, EIO otherwise); also how long write-back retries a file
+	// block while those tiers are unavailable (tiering.Config.WriteTimeout).
+	WriteTimeout time.Duration
 	// BlockSize is the default namespace block size in bytes (power of two,
 	// 4 KiB–4 MiB).
 	BlockSize int
@@ -80,6 +85,9 @@ type Config struct {
 	G3Dir string
 	// G3Size is the G3 capacity in bytes; 0 disables G3.
 	G3Size int64
+	// StatfsCapacity is the capacity in bytes statfs reports for a
+	// namespace without a quota; 0 means G2 + G3 capacity.
+	StatfsCapacity int64
 	// G3SegmentSize is the size in bytes of one G3 segment file.
 	G3SegmentSize int64
 	// G3High and G3Low are the G3 watermarks (fractions of G3Size).

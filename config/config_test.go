@@ -353,7 +353,7 @@ func TestMarkdownTable(t *testing.T) {
 
 // TestReadmeTable checks that the README's configuration section (between
 // the markers below) is exactly MarkdownTable(). It skips until the README
-// has the markers.
+// has the markers. CTXMEM_UPDATE_README=1 rewrites the table instead.
 func TestReadmeTable(t *testing.T) {
 	const begin, end = "<!-- config-table:begin -->\n", "<!-- config-table:end -->"
 	data, err := os.ReadFile(filepath.Join("..", "README.md"))
@@ -366,7 +366,14 @@ func TestReadmeTable(t *testing.T) {
 		t.Skip("README.md has no config-table markers yet")
 	}
 	if got := s[i+len(begin) : j]; got != MarkdownTable() {
-		t.Errorf("README config table is stale; replace it with config.MarkdownTable():\n%s", MarkdownTable())
+		if os.Getenv("CTXMEM_UPDATE_README") == "1" {
+			s = s[:i+len(begin)] + MarkdownTable() + s[j:]
+			if err := os.WriteFile(filepath.Join("..", "README.md"), []byte(s), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("README config table is stale; run CTXMEM_UPDATE_README=1 go test -run TestReadmeTable ./config/, or replace it with config.MarkdownTable():\n%s", MarkdownTable())
 	}
 }
 

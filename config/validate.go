@@ -124,6 +124,9 @@ func (c Config) Validate() error {
 	for _, ns := range c.Namespaces {
 		maxBlock = max(maxBlock, int64(ns.BlockSize))
 	}
+	if c.StatfsCapacity < 0 {
+		bad("statfs_capacity", "must not be negative")
+	}
 	if c.G3Size < 0 {
 		bad("g3_size", "must not be negative")
 	}
@@ -143,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.G4TTL <= 0 {
 		bad("g4_ttl", "must be positive")
+	}
+	if c.WriteTimeout < time.Second {
+		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
 	}
 	if c.HeatHalfLife <= 0 {
 		bad("heat_half_life", "must be positive")

@@ -79,6 +79,7 @@ func (s *Server) AddNamespace(ns Namespace) error {
 		mode: ns.Mode, uid: ns.UID, gid: ns.GID}
 	t.mu.Unlock()
 	nsp.root = n
+	nsp.inodes.Add(1)
 	rec, err := json.Marshal(nsRecord{Ino: n.ino, Identity: ns.identity()})
 	if err != nil {
 		return err

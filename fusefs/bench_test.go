@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The benchmarks compare the mount (fake in-memory backend) with a plain
@@ -192,5 +193,40 @@ func TestFioCompare(t *testing.T) {
 		f := bw(m.ns(""), j.name, j.args)
 		r := bw(refDir, j.name, j.args)
 		t.Logf("%-14s fuse %8.0f MiB/s  tmpfs %8.0f MiB/s  ratio %.2f", j.name, f/(1<<20), r/(1<<20), f/r)
+	}
+}
+
+// TestWarmReadFigures writes 2,000 files of 256 KiB and reads them all
+// twice (open + one read + close each), logging files/s per pass: the
+// before/after figure for the cost of answering OPEN (issue 11 item 5).
+// Run with CTXMEM_WARM_READ=1 go test -run TestWarmReadFigures -v ./fusefs/
+func TestWarmReadFigures(t *testing.T) {
+	if os.Getenv("CTXMEM_WARM_READ") != "1" {
+		t.Skip("figures only: set CTXMEM_WARM_READ=1")
+	}
+	m := mount(t, nil, benchOpts)
+	dir := m.ns("")
+	const files = 2000
+	data := pattern(1, kvSize)
+	for i := 0; i < files; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, kvSize)
+	for pass := 1; pass <= 2; pass++ {
+		start := time.Now()
+		for i := 0; i < files; i++ {
+			fd, err := syscall.Open(filepath.Join(dir, fmt.Sprint(i)), syscall.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := syscall.Read(fd, buf); n != kvSize || err != nil {
+				t.Fatal(n, err)
+			}
+			syscall.Close(fd)
+		}
+		el := time.Since(start)
+		t.Logf("pass %d: %d files of 256 KiB in %v: %.0f files/s", pass, files, el, files/el.Seconds())
 	}
 }

@@ -70,7 +70,7 @@ func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	return d.fsys.setattr(d.n, in, out)
 }
 
-// Statfs reports capacity (see fsys.statfs).
+// Statfs reports the namespace's usage (see fsys.statfs).
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	d.fsys.statfs(d.n, out)
 	return 0
@@ -137,6 +137,7 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 		return e, nil
 	}
 	n.ino = t.allocIno()
+	n.ns.inodes.Add(1)
 	if n.kind == kindFile {
 		t.byObj[n.obj] = n
 	}
@@ -177,6 +178,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 	if name == "" {
 		f.t.mu.Lock()
 		n.ino = f.t.allocIno()
+		ns.inodes.Add(1)
 		f.t.byObj[id] = n
 		f.t.orphans[n] = struct{}{}
 		n.updateNlink()
@@ -199,7 +201,8 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return d.fsys.inode(ctx, &d.Inode, n, out), nil, d.fsys.openFlags(), 0
+	h, fl := d.fsys.open(n, flags)
+	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 
 // Tmpfile makes an open regular file with no name (O_TMPFILE). Its object
@@ -209,7 +212,8 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return d.fsys.inode(ctx, &d.Inode, n, out), nil, d.fsys.openFlags(), 0
+	h, fl := d.fsys.open(n, flags)
+	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 
 // Mknod makes regular files only; other node types are EPERM.
@@ -317,8 +321,12 @@ func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
 	}
 	if n.kind == kindFile {
 		f.t.orphans[n] = struct{}{}
+		n.mu.Lock()
+		releaseUnreachable(n)
+		n.mu.Unlock()
 	} else {
 		n.gone = true
+		n.ns.inodes.Add(-1)
 		n.updateNlink()
 	}
 	return append(ops, delNode(n))
@@ -378,6 +386,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	d.n.dir.remove(name)
 	c.removeLink(d.n, name)
 	c.gone = true
+	c.ns.inodes.Add(-1)
 	c.updateNlink()
 	d.n.updateNlink()
 	ts := now()

@@ -33,14 +33,15 @@
 //     the store loses an object (Backend.OnLost), its names are removed
 //     and the kernel is told (FUSE notify delete + inode invalidation), so
 //     the next lookup is ENOENT and readers holding it open get EIO.
-//   - File data (Options.Cache): with CacheKeep (default) the first OPEN is
-//     answered ENOSYS, which switches the kernel to no_open: open(2) and
-//     close(2) send nothing to the daemon, the page cache is kept across
-//     opens (FOPEN_KEEP_CACHE), and a cached open+read+close costs no
-//     request at all. (Until the first open of an existing file, files
-//     made with creat(2) still get a RELEASE at close; the daemon never
-//     opens its own files to skip that, since a daemon killed while one of
-//     its own requests is in flight would hang in the kernel forever.) FLUSH is answered ENOSYS once for the same reason.
+//   - File data (Options.Cache): with CacheKeep (default) files are opened
+//     with FOPEN_KEEP_CACHE, so the page cache is kept across opens and a
+//     cached open+read+close costs one OPEN request and no READ. Every
+//     OPEN is answered (no FUSE no_open) so that the daemon knows which
+//     files are open for writing: a read-only open of such a file gets
+//     FOPEN_DIRECT_IO instead, because a cached reader could otherwise see
+//     st_size S and then read less than S while the file grows (see
+//     fileNode.Open). FLUSH is answered ENOSYS once, after which close(2)
+//     sends nothing but the asynchronous RELEASE.
 //     The page cache and G2 may then hold the same bytes: the page cache
 //     is the tier above G2, and its hits are invisible to the store's hit
 //     counters. Data cache invalidation is explicit
@@ -67,7 +68,7 @@
 //
 // O_DIRECT is accepted at open and with fcntl(F_SETFL). Such I/O bypasses
 // the page cache through the kernel's direct_IO path (in CacheKeep mode,
-// where the daemon sees no opens) and is split into requests of at most
+// where opens get FOPEN_KEEP_CACHE) and is split into requests of at most
 // Options.MaxWrite bytes (1 MiB), sent concurrently (FUSE async DIO, also
 // for io_submit). Alignment is not enforced: statfs reports f_bsize =
 // f_frsize = 4096, the unit engines align to, but misaligned O_DIRECT I/O
@@ -132,11 +133,15 @@
 //
 // The kernel sends FUSE INTERRUPT for any signal the caller receives —
 // including SIGURG, which the Go runtime uses for preemption in every Go
-// program. Honouring it would turn large reads and writes into short or
-// failed ones, so the package does not: request contexts are not passed
-// to the Backend, and every operation runs to completion (a killed caller
-// waits only for requests already being served). Backend calls get a
-// context that is cancelled when the mount shuts down.
+// program. Honouring it while bytes are copied would turn large reads and
+// writes into short or failed ones, so reads and the copy of a write run
+// to completion on a context that ends only when the mount shuts down.
+// Waits are different: a write(2) waiting for G2 room or for the dirty
+// bound, and an fsync(2) waiting for write-back, end with EINTR when the
+// request is interrupted (opCtx). Without that, a caller killed while the
+// tiers below G2 are stuck would sit in D state until they answer (the
+// kernel waits uninterruptibly for a request it has sent). Such waits are
+// also bounded by the core's write timeout (ENOSPC or EIO).
 //
 // # Extended attributes
 //

@@ -9,8 +9,8 @@ import (
 )
 
 // fileNode is the go-fuse node of a regular file. The file's data lives in
-// its Backend object; every operation is a node operation (no file
-// handles), so it works the same with and without FUSE no_open.
+// its Backend object; every operation is a node operation (the file
+// handle only records whether an open counts as a writer, see Open).
 type fileNode struct {
 	fs.Inode
 	fsys *fsys
@@ -19,6 +19,7 @@ type fileNode struct {
 
 var (
 	_ fs.NodeOpener        = (*fileNode)(nil)
+	_ fs.NodeReleaser      = (*fileNode)(nil)
 	_ fs.NodeReader        = (*fileNode)(nil)
 	_ fs.NodeWriter        = (*fileNode)(nil)
 	_ fs.NodeFlusher       = (*fileNode)(nil)
@@ -34,27 +35,119 @@ var (
 	_ fs.NodeListxattrer   = (*fileNode)(nil)
 )
 
-// openFlags are the FOPEN_* flags of every open and create.
-func (f *fsys) openFlags() uint32 {
-	if f.opts.Cache == CacheDirect {
-		return fuse.FOPEN_DIRECT_IO
-	}
-	return fuse.FOPEN_KEEP_CACHE
+// Open modes (CacheKeep). Every OPEN is answered, so the daemon knows
+// which files are open for writing (FUSE no_open would save the OPEN
+// request but hide that):
+//
+//   - An open for writing, and a read-only open of a file nobody has open
+//     for writing, get FOPEN_KEEP_CACHE: reads are served from the page
+//     cache and a warm re-read costs no request. Writes go through the
+//     page cache too, so every cached reader sees them.
+//   - A read-only open of a file that is open for writing somewhere (a
+//     tail reader) gets FOPEN_DIRECT_IO: its reads go to the daemon.
+//
+// Why (issue 11 item 5): while a buffered write(2) extends a file the
+// kernel marks the size unstable and keeps its own i_size at the old
+// value until the whole write(2) is done (one write may be several WRITE
+// requests), but fstat in that window asks the daemon (GETATTR: the write
+// invalidated the cached size) and reports the daemon's newer size. A
+// page-cache read is bounded by the kernel's older i_size, so "fstat says
+// S, pread returns less than S" happened. A direct-I/O read is bounded by
+// what the daemon holds, which is never less than any size it reported.
+//
+// What stays uncovered: a reader that opened the file before any writer
+// did keeps its cached descriptor (the kernel fixes the mode at open).
+// Engines never append to a KV file that others already hold open (files
+// are complete before they are renamed into place or read), so this is a
+// documented limit rather than a reason to give up the page cache. Hot
+// files are to move to FUSE passthrough later, which fixes the mode per
+// file instead of per open.
+//
+// The cost is one OPEN request per open(2) (RELEASE is asynchronous and
+// FLUSH is switched off), measured in README "The file system".
+
+// openHandle is the file handle of one open; it records whether the open
+// counts as a writer (see Open).
+type openHandle struct{ write bool }
+
+// writeAccess reports whether open flags ask for write access.
+func writeAccess(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// Open answers ENOSYS in CacheKeep mode, which switches the kernel to
-// no_open for the rest of the mount (no OPEN or RELEASE requests, page
-// cache kept); in CacheDirect mode it returns FOPEN_DIRECT_IO.
-func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if fn.fsys.opts.Cache == CacheKeep {
-		return nil, 0, syscall.ENOSYS
+// open counts a new open of n and returns its handle and FOPEN_* flags.
+func (f *fsys) open(n *node, flags uint32) (*openHandle, uint32) {
+	h := &openHandle{write: writeAccess(flags)}
+	n.mu.Lock()
+	n.opens++
+	if h.write {
+		n.writers++
 	}
+	writers := n.writers
 	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
-		fn.n.mu.Lock()
-		killPriv(fn.n)
-		fn.n.mu.Unlock()
+		killPriv(n)
 	}
-	return nil, fn.fsys.openFlags(), 0
+	n.mu.Unlock()
+	switch {
+	case f.opts.Cache == CacheDirect:
+		return h, fuse.FOPEN_DIRECT_IO
+	case !h.write && writers > 0:
+		return h, fuse.FOPEN_DIRECT_IO
+	}
+	return h, fuse.FOPEN_KEEP_CACHE
+}
+
+// Open answers every OPEN (see "Open modes" above).
+func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	h, fl := fn.fsys.open(fn.n, flags)
+	return h, fl, 0
+}
+
+// Release ends one open (RELEASE, after the last close of the
+// descriptor). The last release of a file with no name left gives its
+// space back at once (see releaseUnreachable).
+func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	h, ok := fh.(*openHandle)
+	if !ok {
+		return 0
+	}
+	n, t := fn.n, &fn.fsys.t
+	t.mu.RLock()
+	n.mu.Lock()
+	n.opens--
+	if h.write {
+		n.writers--
+	}
+	if len(n.links) == 0 {
+		releaseUnreachable(n)
+	}
+	n.mu.Unlock()
+	t.mu.RUnlock()
+	return 0
+}
+
+// releaseUnreachable gives back the quota and statfs usage of a file that
+// has no name and no open descriptor: nothing can read or write it any
+// more, so its bytes leave the namespace now, not when the kernel gets
+// round to FORGET (which deletes the object). tree.mu held (n.links
+// stable) and n.mu held.
+func releaseUnreachable(n *node) {
+	if n.opens > 0 || n.released {
+		return
+	}
+	n.released = true
+	n.ns.inodes.Add(-1)
+	n.ns.adjust(-n.reserved)
+	n.setReserved(0)
+}
+
+// uncount drops a file from its namespace's inode count unless
+// releaseUnreachable already did; n.mu held.
+func uncount(n *node) {
+	if !n.released {
+		n.released = true
+		n.ns.inodes.Add(-1)
+	}
 }
 
 // Read reads from the object. It is never short except at the end of the
@@ -99,7 +192,7 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 			n.mu.Unlock()
 			return 0, syscall.EDQUOT
 		}
-		n.reserved = end
+		n.setReserved(end)
 	}
 	n.inflight++
 	if n.truncating > 0 {
@@ -107,7 +200,9 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 	}
 	n.mu.Unlock()
 
-	w, err := f.be.WriteAt(f.ctx, n.obj, data, off)
+	wctx, release := f.interruptible(ctx)
+	w, err := f.be.WriteAt(wctx, n.obj, data, off)
+	release()
 
 	ts := now()
 	n.mu.Lock()
@@ -167,7 +262,8 @@ func (f *fsys) resyncLocked(n *node) {
 		return
 	}
 	n.ns.adjust(info.Size - n.reserved)
-	n.reserved, n.size = info.Size, info.Size
+	n.setReserved(info.Size)
+	n.size = info.Size
 }
 
 // truncate sets the file size (EDQUOT if growing past the quota).
@@ -208,13 +304,14 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 		// Other writes or truncates overlapped this one: keep the
 		// reservation and re-read the size once they are done.
 		if delta > 0 {
-			n.reserved += delta
+			n.setReserved(n.reserved + delta)
 		}
 	default:
 		if delta < 0 {
 			n.ns.adjust(delta)
 		}
-		n.reserved, n.size = size, size
+		n.setReserved(size)
+		n.size = size
 	}
 	if err == nil {
 		n.mtime, n.ctime = ts, ts
@@ -245,7 +342,10 @@ func (fn *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 // file survives kill -9 and power loss under its current name.
 func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	f := fn.fsys
-	if err := f.be.Flush(f.ctx, fn.n.obj); err != nil {
+	fctx, release := f.interruptible(ctx)
+	err := f.be.Flush(fctx, fn.n.obj)
+	release()
+	if err != nil {
 		return errno(err)
 	}
 	if err := f.j.sync(); err != nil {
@@ -289,7 +389,7 @@ func (fn *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetA
 	return fn.fsys.setattr(fn.n, in, out)
 }
 
-// Statfs reports capacity (see fsys.statfs).
+// Statfs reports the namespace's usage (see fsys.statfs).
 func (fn *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	fn.fsys.statfs(fn.n, out)
 	return 0
@@ -312,6 +412,9 @@ func (f *fsys) forget(n *node) {
 	delete(t.orphans, n)
 	delete(t.byObj, n.obj)
 	n.gone = true
+	n.mu.Lock()
+	uncount(n)
+	n.mu.Unlock()
 	t.mu.Unlock()
 	f.deleteObject(n)
 }
@@ -320,7 +423,7 @@ func (f *fsys) forget(n *node) {
 func (f *fsys) deleteObject(n *node) {
 	n.mu.Lock()
 	res, lost := n.reserved, n.lost
-	n.reserved = 0
+	n.setReserved(0)
 	n.mu.Unlock()
 	n.ns.adjust(-res)
 	if lost {
@@ -363,7 +466,14 @@ var (
 	_ fs.NodeReadlinker = (*symlinkNode)(nil)
 	_ fs.NodeGetattrer  = (*symlinkNode)(nil)
 	_ fs.NodeSetattrer  = (*symlinkNode)(nil)
+	_ fs.NodeStatfser   = (*symlinkNode)(nil)
 )
+
+// Statfs reports the namespace's usage (see fsys.statfs).
+func (s *symlinkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s.fsys.statfs(s.n, out)
+	return 0
+}
 
 // Readlink returns the link target.
 func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

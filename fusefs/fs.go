@@ -86,22 +86,68 @@ func gone(err error) bool {
 	return errors.Is(err, tiering.ErrNotExist) || errors.Is(err, tiering.ErrLost)
 }
 
-// statfs fills out for n: f_bsize = f_frsize = 4096; capacity from the
-// store, further limited by n's namespace quota when it has one.
+// statfsFiles is f_files: inodes are not a limited resource, so statfs
+// reports a fixed 2^32 of which the namespace's live inodes are used.
+const statfsFiles = 1 << 32
+
+// statfs answers statfs(2) for a path under n (issue 11 item 6). Engines
+// drive their eviction from it, so it follows what the namespace holds,
+// not what the tiers hold:
+//
+//   - used (f_blocks - f_bfree) is the namespace's bytes: the sum of its
+//     files' sizes, each rounded up to f_bsize (4096), open-but-unlinked
+//     files included until their last close. It moves when write(2),
+//     truncate or the last close of an unlinked file returns, never when
+//     blocks move between tiers (a block that sinks to G4 is still the
+//     namespace's). Holes count as written (see README: fallocate mode 0
+//     and ftruncate are not told apart, and a per-page map of every file
+//     is not worth its memory).
+//   - total (f_blocks) is the namespace's quota when it has one; else
+//     Options.StatfsCapacity when set; else the store's capacity (G2 +
+//     G3; an unbounded G4 adds nothing, so a namespace without a quota is
+//     sized to the fast tiers unless the operator says otherwise).
+//   - free (f_bfree = f_bavail) is total - used, never negative.
+//
+// Each namespace answers for itself; the mount root answers for all of
+// them (used summed, total the capacity, or the sum of the quotas when
+// every namespace has one and no capacity is set).
 func (f *fsys) statfs(n *node, out *fuse.StatfsOut) {
-	total, free := f.be.Capacity()
-	if ns := n.ns; ns != nil && ns.cfg.QuotaBytes > 0 {
-		total = min(total, ns.cfg.QuotaBytes)
-		free = min(free, max(0, ns.cfg.QuotaBytes-ns.used.Load()))
+	var used, inodes, total int64
+	capacity := f.opts.StatfsCapacity
+	if capacity <= 0 {
+		capacity, _ = f.be.Capacity()
 	}
-	total, free = max(total, 0), max(min(free, total), 0)
+	if ns := n.ns; ns != nil {
+		used, inodes = ns.alloc.Load(), ns.inodes.Load()
+		total = capacity
+		if ns.cfg.QuotaBytes > 0 {
+			total = ns.cfg.QuotaBytes
+		}
+	} else {
+		quotas, all := int64(0), true
+		f.t.mu.RLock() // f.nss grows under t.mu (AddNamespace)
+		defer f.t.mu.RUnlock()
+		for _, ns := range f.nss {
+			used += ns.alloc.Load()
+			inodes += ns.inodes.Load()
+			quotas += ns.cfg.QuotaBytes
+			all = all && ns.cfg.QuotaBytes > 0
+		}
+		inodes++ // the root itself
+		total = capacity
+		if all && len(f.nss) > 0 && f.opts.StatfsCapacity <= 0 {
+			total = quotas
+		}
+	}
+	total = max(total, 0) / BlockSizeStatfs
+	used = (max(used, 0) + BlockSizeStatfs - 1) / BlockSizeStatfs
 	out.Bsize = BlockSizeStatfs
 	out.Frsize = BlockSizeStatfs
-	out.Blocks = uint64(total) / BlockSizeStatfs
-	out.Bfree = uint64(free) / BlockSizeStatfs
+	out.Blocks = uint64(total)
+	out.Bfree = uint64(max(total-used, 0))
 	out.Bavail = out.Bfree
-	out.Files = 1 << 32
-	out.Ffree = 1<<32 - 1
+	out.Files = statfsFiles
+	out.Ffree = uint64(statfsFiles - min(max(inodes, 0), statfsFiles))
 	out.NameLen = maxNameLen
 }
 

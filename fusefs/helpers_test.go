@@ -13,14 +13,19 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
-// requireFUSE skips t unless real FUSE mounts are possible.
+// requireFUSE skips t unless real FUSE mounts are possible; with
+// CTXMEM_REQUIRE_TOOLS=1 (as `make test` sets) it fails instead.
 func requireFUSE(t testing.TB) {
 	t.Helper()
+	skip := t.Skip
+	if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
+		skip = t.Fatal
+	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		skip("no /dev/fuse")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		skip("needs root")
 	}
 }
 

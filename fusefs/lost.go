@@ -119,6 +119,9 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	links := n.links
 	n.links = nil
 	n.gone = true
+	n.mu.Lock()
+	uncount(n)
+	n.mu.Unlock()
 	n.updateNlink()
 	ops := []op{delNode(n)}
 	ts := now()
@@ -136,7 +139,8 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	n.mu.Lock()
 	n.lost = true
 	res := n.reserved
-	n.reserved, n.size = 0, 0
+	n.setReserved(0)
+	n.size = 0
 	n.mu.Unlock()
 	n.ns.adjust(-res)
 	lvl := slog.LevelDebug

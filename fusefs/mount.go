@@ -166,9 +166,9 @@ func (f *fsys) mountOptions() fuse.MountOptions {
 	if o.WritebackCache {
 		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
-	if o.Cache == CacheDirect {
-		mo.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
-	}
+	// Shared mmap must work on direct-I/O opens: every open in
+	// CacheDirect mode, tail readers in CacheKeep mode (see Open).
+	mo.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
 	return mo
 }
 

@@ -97,11 +97,12 @@ type CacheMode int
 
 const (
 	// CacheKeep (the default) lets the kernel page cache keep file data
-	// across opens: OPEN is answered ENOSYS once, after which the kernel
-	// opens files without asking (FUSE no_open, which implies
-	// FOPEN_KEEP_CACHE), so a cached read costs no request at all. G2 and
-	// the page cache may then hold the same bytes; opens with O_DIRECT
-	// (or F_SETFL O_DIRECT) bypass the page cache through the kernel's
+	// across opens (FOPEN_KEEP_CACHE), so a cached read costs the OPEN
+	// request and nothing else. A read-only open of a file that is open
+	// for writing gets FOPEN_DIRECT_IO instead (a tail reader must never
+	// see st_size S and then read less than S; see fileNode.Open). G2 and
+	// the page cache may hold the same bytes; opens with O_DIRECT (or
+	// F_SETFL O_DIRECT) bypass the page cache through the kernel's
 	// direct_IO path.
 	CacheKeep CacheMode = iota
 	// CacheDirect answers every OPEN with FOPEN_DIRECT_IO: the page cache
@@ -125,6 +126,12 @@ type Options struct {
 	// kernel caches names, attributes and failed lookups. 0 means
 	// DefaultTimeout; a negative value disables that cache.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// StatfsCapacity is f_blocks × f_bsize that statfs reports for a
+	// namespace without a quota (and for the mount root), in bytes. 0
+	// means the store's capacity (Backend.Capacity: G2 + G3). Set it when
+	// an unbounded G4 should let engines keep more than the fast tiers
+	// hold. See fsys.statfs.
+	StatfsCapacity int64
 	// Cache chooses what the page cache holds (default CacheKeep).
 	Cache CacheMode
 	// WritebackCache enables FUSE writeback-cache mode: write(2) lands in
@@ -188,6 +195,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.commitGap <= 0 {
 		o.commitGap = DefaultCommitGap
+	}
+	if o.StatfsCapacity < 0 {
+		return o, errors.New("fusefs: negative StatfsCapacity")
 	}
 	if o.Cache != CacheKeep && o.Cache != CacheDirect {
 		return o, fmt.Errorf("fusefs: unknown cache mode %d", o.Cache)

@@ -254,8 +254,12 @@ func (f *fsys) reconcile(ctx context.Context, db *bolt.DB) error {
 	// Everything built gets its link count; quota usage from sizes.
 	for _, n := range built {
 		n.updateNlink()
+		if n.ns != nil {
+			n.ns.inodes.Add(1)
+		}
 		if n.kind == kindFile {
 			n.ns.adjust(n.reserved)
+			n.ns.alloc.Add(allocBytes(n.reserved))
 		}
 	}
 

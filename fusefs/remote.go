@@ -122,10 +122,14 @@ func (d *dirNode) linkImported(name, path string, id tiering.ObjectID, size int6
 	}
 	n := d.sharedNode(kindFile, 0o644)
 	n.obj = id
-	n.size, n.reserved = size, size
+	n.size = size
+	n.setReserved(size)
 	c, created, e := d.linkOrExisting(name, n)
 	if !created {
 		ns.adjust(-size)
+		n.mu.Lock()
+		n.setReserved(0)
+		n.mu.Unlock()
 		f.discardImport(id)
 	}
 	return c, e

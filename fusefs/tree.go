@@ -35,8 +35,30 @@ type namespace struct {
 	cfg  Namespace
 	root *node
 	// used is the sum of the reserved sizes (bytes) of the namespace's
-	// live files, open-but-unlinked ones included.
+	// live files, open-but-unlinked ones included (the quota counts it).
 	used atomic.Int64
+	// alloc is the same sum with each file's size rounded up to
+	// BlockSizeStatfs: the bytes statfs reports as used.
+	alloc atomic.Int64
+	// inodes counts the namespace's live files, directories and symlinks
+	// (its own directory included), for statfs f_files - f_ffree.
+	inodes atomic.Int64
+}
+
+// allocBytes is the space a file of size bytes is charged in statfs: its
+// size rounded up to BlockSizeStatfs.
+func allocBytes(size int64) int64 {
+	return (max(size, 0) + BlockSizeStatfs - 1) / BlockSizeStatfs * BlockSizeStatfs
+}
+
+// setReserved sets n.reserved to v and moves the namespace's statfs usage
+// with it; n.mu held (or n not yet shared). The quota usage (ns.used) is
+// the caller's business, as before.
+func (n *node) setReserved(v int64) {
+	if d := allocBytes(v) - allocBytes(n.reserved); d != 0 && n.ns != nil {
+		n.ns.alloc.Add(d)
+	}
+	n.reserved = v
 }
 
 // reserve adds delta bytes to the namespace's usage. A positive delta
@@ -95,6 +117,8 @@ type node struct {
 	// file counts against its namespace quota.
 	size, reserved int64
 	inflight       int  // writes and truncates in progress
+	opens, writers int  // opens (with write access) not yet released
+	released       bool // unreachable file: its space and inode are given back
 	truncating     int  // truncates in progress
 	resync         bool // accounting must be re-read from Backend.Stat at quiescence
 	lost           bool // the store lost the object

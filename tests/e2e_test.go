@@ -138,11 +138,11 @@ func TestE2EPosix(t *testing.T) {
 }
 
 // e2eParams are the workload parameters for a ctxmemd mount: statvfs
-// follows tier usage (not the namespace), O_DIRECT must be accepted but
-// FUSE does not enforce alignment, and whole objects may be dropped.
+// follows the namespace's usage, O_DIRECT must be accepted but FUSE does
+// not enforce alignment, and whole objects may be dropped.
 var e2eParams = workloads.Params{
 	ObjectSize: 1 << 20, Objects: 24, Ranks: 2, Workers: 3,
-	RequireODirect: true, StrictDIO: false, ExpectBsize4096: true, StatfsTracksUsage: false, AllowLoss: true,
+	RequireODirect: true, StrictDIO: false, ExpectBsize4096: true, StatfsTracksUsage: true, AllowLoss: true,
 }
 
 // TestE2EWorkloads runs the engine workloads W1–W5 in the default namespace.

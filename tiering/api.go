@@ -56,6 +56,10 @@ type TierUsage struct {
 	// Degraded is set while the tier's backend does not answer (its
 	// latest call failed); it clears by itself on the next success.
 	Degraded bool `json:"degraded"`
+	// Full is set while the tier answers "no space" to write-back (it is
+	// then skipped for a second at a time); it clears on the next put it
+	// takes.
+	Full bool `json:"full"`
 	// Recovering is set (with Degraded) while the store waits for the
 	// tier's first listing: it started while the tier did not answer, and
 	// blocks only the tier holds read as I/O errors until it does.
@@ -132,4 +136,7 @@ type Stats struct {
 	CRCErrors        int64            `json:"crc_errors"`
 	ObjectsLost      int64            `json:"objects_lost"`
 	Objects          int64            `json:"objects"`
+	// Degraded says why the store cannot keep its promises (its data
+	// directory was deleted under it); empty when healthy.
+	Degraded string `json:"degraded,omitempty"`
 }

@@ -19,7 +19,7 @@ type cleanItem struct {
 // scheduleClean queues o for a clean record once it has been idle for
 // cleanDelay. o.mu held for writing.
 func (s *Store) scheduleClean(o *object) {
-	if !o.metaDirty || !o.clean() || o.deleted {
+	if !o.metaDirty || !o.clean() || o.deleted || s.volatile {
 		return
 	}
 	s.cleanMu.Lock()
@@ -100,7 +100,7 @@ func (s *Store) cleanBatch(items []cleanItem) {
 func (s *Store) cleanIfIdle(o *object) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.deleted || !o.clean() || !o.metaDirty || o.awaitG4 {
+	if o.deleted || !o.clean() || !o.metaDirty || s.volatile || o.awaitG4 {
 		return // an export waiting for G4 stays recorded dirty (g4recover.go)
 	}
 	if err := s.persistCleanLocked(o); err != nil {

@@ -21,7 +21,13 @@ func (s *Store) evictLoop() {
 		lim := s.limits()
 		high := int64(lim.High * float64(lim.Bytes))
 		low := int64(lim.Low * float64(lim.Bytes))
+		if want := s.roomWanted.Load(); want > 0 && s.g2used.Load()+want > lim.Bytes {
+			// A writer waits for more room than the watermarks leave.
+			high = min(high, lim.Bytes-want)
+			low = min(low, high)
+		}
 		if s.g2used.Load() > high {
+			var kept []bref
 			for s.g2used.Load() > low && s.ctx.Err() == nil {
 				s.g2mu.Lock()
 				r, ok := s.place.victim()
@@ -29,7 +35,19 @@ func (s *Store) evictLoop() {
 				if !ok {
 					break // everything left is dirty or pinned
 				}
-				s.evictOne(r)
+				if !s.evictOne(r) {
+					kept = append(kept, r)
+				}
+			}
+			if len(kept) > 0 {
+				// Victims kept in G2 (objects being written in a G2-only
+				// store) go back to the eviction order.
+				now := time.Now()
+				s.g2mu.Lock()
+				for _, r := range kept {
+					s.place.makeEvictable(r, now)
+				}
+				s.g2mu.Unlock()
 			}
 			s.space.broadcast()
 		}
@@ -47,11 +65,23 @@ func (s *Store) evictLoop() {
 // admission predicts reuse (the block is warm: it was read while in G2).
 // G3 writes happen without the object lock (G3's reclaim hook takes object
 // locks), so the block is re-checked afterwards.
-func (s *Store) evictOne(r bref) {
+//
+// It returns false only for a victim that stays evictable but was kept for
+// now (see evictObject); the caller gives it back to the eviction order.
+func (s *Store) evictOne(r bref) bool {
 	o := s.get(r.id)
 	if o == nil {
-		return
+		return true
 	}
+	if s.volatile {
+		return s.evictObject(o)
+	}
+	s.evictBlock(o, r)
+	return true
+}
+
+// evictBlock drops block r's G2 copy (see evictOne).
+func (s *Store) evictBlock(o *object, r bref) {
 	o.mu.Lock()
 	b := o.blocks[r.idx]
 	if o.deleted || b == nil || b.dirty || o.pinned || b.g2.Load() == nil {
@@ -106,6 +136,38 @@ func (s *Store) evictOne(r bref) {
 	}
 	o.mu.Unlock()
 }
+
+var errNoLowerTier = errors.New("evicted from G2: no tier below it")
+
+// evictObject is eviction in a G2-only store: with no lower copy to fall
+// back on, the victim's whole object leaves (it is removed and the front
+// end told through OnLost, as for a lost object), never a block of it,
+// which would leave a file with a hole nobody wrote. Pinned objects and
+// NBD exports (a device never loses its blocks) stay.
+//
+// An object written less than volatileWriteGrace ago is kept for now
+// (false): evicting the file a writer is filling would make its next write
+// fail with ENOENT; that writer gets ENOSPC from waitRoom instead.
+func (s *Store) evictObject(o *object) bool {
+	o.mu.RLock()
+	gone := o.deleted || o.pinned || o.kind == KindNBD
+	recent := o.writers.Load() > 0 || time.Since(time.Unix(0, o.lastWrite.Load())) < volatileWriteGrace
+	blocks := len(o.blocks)
+	o.mu.RUnlock()
+	if gone {
+		return true // not evictable: leaves the eviction order
+	}
+	if recent {
+		return false
+	}
+	s.c.evictions[tiG2].Add(int64(blocks))
+	s.c.dropped[dropEvicted].Add(int64(blocks))
+	s.removeObject(o.id, errNoLowerTier, false)
+	return true
+}
+
+// volatileWriteGrace: see evictObject.
+const volatileWriteGrace = 250 * time.Millisecond
 
 // DemoteFromG3 is the G3 reclaim hook: G3 calls it with the live blocks of
 // a segment it is about to reuse, before it reuses it. Each block that

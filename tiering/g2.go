@@ -2,7 +2,10 @@ package tiering
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // allocG2 returns a zeroed G2 buffer of at least n bytes and accounts for
@@ -41,7 +44,11 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 }
 
 // waitRoom blocks a writer (holding no lock) until G2 has room for need
-// more bytes and dirty bytes are under their bound, or ctx ends.
+// more bytes and dirty bytes are under their bound, or ctx ends. It never
+// waits without bound: with dirty bytes at their bound and no write-back
+// progress for Config.WriteTimeout it fails (stallError: ErrNoSpace or
+// ErrUnavailable); in a G2-only store it fails with ErrNoSpace once the
+// evictor has had a second and found nothing to free.
 func (s *Store) waitRoom(ctx context.Context, need int64) error {
 	ok := func() bool {
 		return s.g2dirty.Load()+need <= s.limits().Dirty || s.g2dirty.Load() == 0
@@ -54,10 +61,14 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 		return nil
 	}
 	s.c.writerWaits.Add(1)
+	for w := s.roomWanted.Load(); need > w && !s.roomWanted.CompareAndSwap(w, need); w = s.roomWanted.Load() {
+	}
+	defer s.roomWanted.CompareAndSwap(need, 0)
 	s.needEvict.broadcast()
 	s.wbReady.broadcast()
-	deadline := time.NewTimer(time.Second)
-	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastDone, lastProgress := s.wbDone.Load(), time.Now()
 	for {
 		ch := s.space.c()
 		if ok() && room() {
@@ -70,15 +81,24 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-deadline.C:
+		case <-tick.C:
+			if s.volatile && !room() {
+				return fmt.Errorf("G2 full (%d of %d bytes) and nothing evictable, no tier below G2: %w",
+					s.g2used.Load(), s.limits().Bytes, tier.ErrNoSpace)
+			}
 			// Nothing evictable (everything pinned or dirty and the lower
 			// tiers stuck): let the write overshoot rather than deadlock;
 			// the dirty bound still holds writers back.
 			if ok() {
 				return nil
 			}
-			deadline.Reset(time.Second)
+			if d := s.wbDone.Load(); d != lastDone {
+				lastDone, lastProgress = d, time.Now()
+			} else if time.Since(lastProgress) >= s.cfg.WriteTimeout {
+				return s.stallError("write")
+			}
 			s.needEvict.broadcast()
+			s.wbReady.broadcast()
 		}
 	}
 }

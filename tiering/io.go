@@ -250,6 +250,10 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
+	if o := s.get(id); o != nil {
+		o.writers.Add(1)
+		defer func() { o.lastWrite.Store(time.Now().UnixNano()); o.writers.Add(-1) }()
+	}
 	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
 		return 0, err
 	}
@@ -296,7 +300,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 // change, so a crash before write-back drops the object instead of serving
 // older bytes. o.mu held for writing.
 func (s *Store) markMetaDirty(o *object) error {
-	if o.metaDirty {
+	if o.metaDirty || s.volatile {
 		return nil // no record yet, or already recorded dirty
 	}
 	if err := s.meta.put(o.id, o.record(stateDirty)); err != nil {
@@ -363,6 +367,14 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		b.inG35 = false
 		s.gc(s.g35, o.key(r.idx))
 	}
+	o.wseq++
+	if s.volatile {
+		// Nothing to write back to: the block is as clean as it will
+		// ever be, and evictable (whole objects, see evictOne).
+		b.version = o.wseq
+		s.touch(r, !o.pinned)
+		return nil
+	}
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++
@@ -372,7 +384,6 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		s.place.remove(r)
 		s.g2mu.Unlock()
 	}
-	o.wseq++
 	b.version = o.wseq
 	if !b.queued {
 		b.queued = true
@@ -477,6 +488,9 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 	if o := s.get(id); o != nil && o.kind == KindNBD {
 		return s.flushExport(ctx, o)
 	}
+	stall := time.NewTimer(s.cfg.WriteTimeout)
+	defer stall.Stop()
+	lastDone := s.wbDone.Load()
 	for {
 		o := s.get(id)
 		if o == nil {
@@ -489,7 +503,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 		}
 		if o.clean() {
 			var err error
-			if o.metaDirty {
+			if o.metaDirty && !s.volatile {
 				err = s.persistCleanLocked(o)
 			}
 			o.mu.Unlock()
@@ -502,7 +516,15 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 		o.mu.Unlock()
 		s.wbReady.broadcast()
 		select {
-		case <-ch:
+		case <-ch: // a block of the object was stored: progress
+			stall.Reset(s.cfg.WriteTimeout)
+		case <-stall.C:
+			if d := s.wbDone.Load(); d != lastDone { // others' blocks drain first
+				lastDone = d
+				stall.Reset(s.cfg.WriteTimeout)
+				continue
+			}
+			return s.stallError(fmt.Sprintf("flush object %d", id))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -588,7 +610,7 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 		o.mu.Unlock()
 		return ErrNotExist
 	}
-	if !o.persisted {
+	if !o.persisted && !s.volatile {
 		if err := s.meta.put(o.id, o.record(stateDirty)); err != nil {
 			o.mu.Unlock()
 			return fmt.Errorf("persist export %d: %w", o.id, err)
@@ -605,6 +627,9 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 	if len(snap) > 0 {
 		s.wbReady.broadcast()
 	}
+	stall := time.NewTimer(s.cfg.WriteTimeout)
+	defer stall.Stop()
+	lastDone := s.wbDone.Load()
 	for {
 		o.mu.Lock()
 		if o.deleted {
@@ -612,7 +637,9 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 			return ErrNotExist
 		}
 		for idx, v := range snap {
-			if b := o.blocks[idx]; b == nil || !b.dirty || b.cleanVer >= v {
+			// A stale copy of the key (TRIM then rewrite) must be gone too:
+			// recovery of an export prefers G3's copy.
+			if b := o.blocks[idx]; (b == nil || !b.dirty || b.cleanVer >= v) && o.stale[idx] == 0 {
 				delete(snap, idx)
 			}
 		}
@@ -623,6 +650,14 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 		}
 		select {
 		case <-ch:
+			stall.Reset(s.cfg.WriteTimeout)
+		case <-stall.C:
+			if d := s.wbDone.Load(); d != lastDone {
+				lastDone = d
+				stall.Reset(s.cfg.WriteTimeout)
+				continue
+			}
+			return s.stallError(fmt.Sprintf("flush export %d", o.id))
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -162,9 +162,13 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 // eviction): dirty blocks are written back first, then each G2 copy is
 // dropped the way the evictor drops a victim (written to G3 first when
 // admission predicts reuse and the block has only a G4 copy).
-// Errors: ErrNotExist, ErrPinned, tier and ctx errors from the flush.
+// Errors: ErrNotExist, ErrPinned, ErrInvalid in a G2-only store, tier and
+// ctx errors from the flush.
 func (s *Store) Demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 	var res MoveResult
+	if s.volatile {
+		return res, fmt.Errorf("%w: demote: no tier below G2", ErrInvalid)
+	}
 	idxs, err := s.movable(ctx, id)
 	if err != nil {
 		return res, err

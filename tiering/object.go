@@ -54,7 +54,8 @@ type blockState struct {
 	dirtyN  int64 // bytes this block adds to Store.g2dirty while dirty
 	// cleanVer is the latest version stored below G2 (NBD FLUSH waits for it).
 	cleanVer uint64
-	retries  int // consecutive failed write-backs (tier unavailable)
+	retries  int       // consecutive failed write-backs
+	failedAt time.Time // first of those failures
 }
 
 // object is the in-memory state of one object.
@@ -72,7 +73,12 @@ type object struct {
 	gen     uint64
 	pinned  bool
 	created time.Time
-	blocks  map[uint32]*blockState
+	// lastWrite (unix ns, end of the latest WriteAt) and writers (WriteAt
+	// calls in progress, waits included) keep an object that is being
+	// written from G2-only eviction (evictObject).
+	lastWrite atomic.Int64
+	writers   atomic.Int32
+	blocks    map[uint32]*blockState
 	// wseq numbers the object's block writes (blockState.version); it only
 	// grows, also across truncates and TRIMs that drop block states.
 	wseq uint64

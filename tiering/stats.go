@@ -18,10 +18,15 @@ const (
 	dropNoSpace     = "no_space"     // no lower tier could take a dirty block
 	dropNoAdmission = "not_admitted" // admission refused and no G4
 	dropUnavailable = "unavailable"  // lower tiers failed
-	nDrop           = 3
+	// evicted from a G2-only store (no lower tier), whole objects
+	dropEvictedName = "evicted_no_lower_tier"
+	nDrop           = 4
 )
 
-var dropNames = [nDrop]string{dropNoSpace, dropNoAdmission, dropUnavailable}
+// dropEvicted indexes counters.dropped for dropEvictedName.
+const dropEvicted = 3
+
+var dropNames = [nDrop]string{dropNoSpace, dropNoAdmission, dropUnavailable, dropEvictedName}
 
 type counters struct {
 	readRequests, readRequestHits atomic.Int64

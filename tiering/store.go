@@ -51,7 +51,12 @@ type Config struct {
 	// before writing a block to G3 (default 0.90).
 	G3High float64
 	// G4 is the object-storage tier; nil disables G4 (blocks that G3 cannot
-	// keep are then dropped and their objects lost).
+	// keep are then dropped and their objects lost). With neither G3 nor G4
+	// the store is G2-only (volatile): blocks are never dirty, Flush has
+	// nothing to wait for, nothing survives a restart, and under memory
+	// pressure the evictor removes whole objects in policy order (a cache,
+	// not tmpfs: the front end is told through OnLost); a write that finds
+	// nothing to evict fails with tier.ErrNoSpace.
 	G4 tier.Tier
 	// G35 is the shared pool tier (G3.5), or nil. Blocks get there only
 	// through Share (and Import on other hosts); write-back never targets
@@ -64,6 +69,14 @@ type Config struct {
 	ColdThreshold float64
 	// FlushWorkers is the number of write-back goroutines (default 4).
 	FlushWorkers int
+	// WriteTimeout bounds how long a writer waits without progress (default
+	// 30 s): a WriteAt waiting for G2 room or for dirty bytes to drain, a
+	// Flush waiting for its blocks to be written back. Past it the call
+	// fails with tier.ErrNoSpace when the tiers below G2 are full, else
+	// with tier.ErrUnavailable (ENOSPC and EIO at the front ends). It is
+	// also how long write-back retries a file block while the tiers below
+	// are unavailable before the object is dropped as lost.
+	WriteTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -105,6 +118,12 @@ func (c *Config) setDefaults() error {
 	if c.FlushWorkers == 0 {
 		c.FlushWorkers = 4
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout < 0 {
+		return fmt.Errorf("%w: write timeout %v is negative", ErrInvalid, c.WriteTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -121,6 +140,8 @@ type Store struct {
 	g4   tier.Tier
 	g35  tier.Tier
 	pool *bufPool
+	// volatile: no tier below G2 (neither G3 nor G4), see Config.G4.
+	volatile bool
 
 	mu      sync.RWMutex // guards objects, nextID, idLimit
 	objects map[ObjectID]*object
@@ -157,6 +178,15 @@ type Store struct {
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
 	logLim logLimiter
+	// wbErr is the error of the latest failed write-back (nil after one
+	// succeeds): why writers that time out waiting fail (stallError).
+	wbErr  atomic.Pointer[error]
+	health [nTiers]tierHealth
+	wbDone atomic.Int64 // blocks written back (writers' progress)
+	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
+	// evictor makes that much room even below the high watermark.
+	roomWanted atomic.Int64
+	degraded   atomic.Pointer[string] // why the store is degraded (watchDataDir)
 
 	g4recState // G4's recovery when Open could not list it (g4recover.go)
 
@@ -190,6 +220,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, meta: meta, g3: cfg.G3, g4: cfg.G4, g35: cfg.G35, pool: newBufPool(),
+		volatile:   cfg.G3 == nil && cfg.G4 == nil,
 		objects:    make(map[ObjectID]*object),
 		space:      newSignal(),
 		needEvict:  newSignal(),
@@ -206,12 +237,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		meta.close()
 		return nil, err
 	}
+	if s.volatile {
+		s.log.Warn("no tier below G2 (no G3, no G4): files live in DRAM only, are evicted whole under memory pressure and are gone after a stop")
+	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for i := 0; i < cfg.FlushWorkers; i++ {
 		s.wg.Add(1)
 		go s.writeBackLoop()
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.watchDataDir()
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
@@ -458,7 +493,12 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 
 // lose removes an object whose block is gone from every tier and tells the
 // front end. Safe to call more than once.
-func (s *Store) lose(id ObjectID, why error) {
+func (s *Store) lose(id ObjectID, why error) { s.removeObject(id, why, true) }
+
+// removeObject drops the object whole and tells the front end (OnLost): a
+// loss (counted, logged as a warning) or, when lost is false, an eviction
+// from a G2-only store.
+func (s *Store) removeObject(id ObjectID, why error, lost bool) {
 	o := s.get(id)
 	if o == nil {
 		return
@@ -479,11 +519,15 @@ func (s *Store) lose(id ObjectID, why error) {
 	s.mu.Lock()
 	delete(s.objects, id)
 	s.mu.Unlock()
-	s.c.objectsLost.Add(1)
 	if ob := s.observer(); ob != nil {
 		ob.Removed(id)
 	}
-	s.log.Warn("object lost", "object", id, "namespace", o.ns, "reason", why)
+	if lost {
+		s.c.objectsLost.Add(1)
+		s.logLimited("object lost", "object", id, "namespace", o.ns, "reason", why)
+	} else {
+		s.log.Debug("object evicted", "object", id, "namespace", o.ns, "reason", why)
+	}
 	s.lostMu.Lock()
 	fn := s.onLost
 	s.lostMu.Unlock()
@@ -663,7 +707,7 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 func (s *Store) Occupancy() []TierUsage {
 	out := []TierUsage{{Name: TierG2, UsedBytes: s.g2used.Load(), CapacityBytes: s.limits().Bytes,
 		Blocks: s.g2blocks.Load(), HighWatermark: s.limits().High, LowWatermark: s.limits().Low}}
-	for _, t := range []tier.Tier{s.g3, s.g35, s.g4} {
+	for ti, t := range []tier.Tier{tiG3: s.g3, tiG35: s.g35, tiG4: s.g4} {
 		if t == nil {
 			continue
 		}
@@ -675,6 +719,7 @@ func (s *Store) Occupancy() []TierUsage {
 		if h, ok := t.(tier.HealthReporter); ok {
 			tu.Degraded = !h.Healthy()
 		}
+		tu.Full = s.health[ti].full.Load()
 		if t == s.g4 && s.g4Waiting() {
 			tu.Degraded, tu.Recovering = true, true
 		}
@@ -722,6 +767,9 @@ func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	st.Objects = int64(len(s.objects))
 	s.mu.RUnlock()
+	if p := s.degraded.Load(); p != nil {
+		st.Degraded = *p
+	}
 	return st
 }
 

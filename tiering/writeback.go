@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
-// wbRetries is how many times write-back retries a block whose lower tiers
-// all failed (unavailable) before the block's object is dropped.
-const wbRetries = 20
+// Write-back retry pauses: doubling from wbRetryMin up to wbRetryMax.
+const (
+	wbRetryMin = 100 * time.Millisecond
+	wbRetryMax = 2 * time.Second
+)
+
+// fullBackoff is how long a tier that answered "no space" is skipped by
+// write-back before it is tried again (a full tier is not retried in a
+// loop; status shows it FULL meanwhile).
+const fullBackoff = time.Second
 
 func (s *Store) enqueueWB(r bref) {
 	s.wbmu.Lock()
@@ -116,6 +124,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		return
 	}
 	s.c.demotions[ti].Add(1)
+	s.wbDone.Add(1)
 	t := s.tierAt(ti)
 
 	o.mu.Lock()
@@ -157,7 +166,8 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 	}
 	b.cleanVer = max(b.cleanVer, ver)
-	b.retries = 0
+	b.retries, b.failedAt = 0, time.Time{}
+	s.wbErr.Store(nil)
 	if b.version == ver && b.dirty {
 		b.dirty = false
 		o.dirty--
@@ -187,23 +197,29 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	}
 }
 
-// writeBackFailed handles a failed put of block r (version of b): retried
-// while a tier is unavailable (bounded for files), else the object is lost
-// with its reason counted.
+// writeBackFailed handles a failed put of block r (version of b). Export
+// blocks are retried until a tier takes them (a device never drops
+// acknowledged writes). File blocks are retried while the tiers below are
+// unavailable or full, for up to Config.WriteTimeout since the first
+// failure, with pauses doubling to wbRetryMax; then, or at once for any
+// other error, the object is dropped as lost and the reason counted.
 func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, kind string, err error) {
 	o.mu.Lock()
 	b.retries++
-	tries := b.retries
+	if b.failedAt.IsZero() {
+		b.failedAt = time.Now()
+	}
+	tries, since := b.retries, time.Since(b.failedAt)
 	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
 	if s.ctx.Err() != nil {
 		return
 	}
+	s.wbErr.Store(&err)
 	s.logLimited("write-back failed", "key", k.String(), "err", err)
-	// Export blocks are retried until a tier takes them; file blocks
-	// while a tier is unavailable, up to wbRetries times.
-	if kind == KindNBD || (errors.Is(err, tier.ErrUnavailable) && tries <= wbRetries) {
-		s.retryWB(r, b, o)
+	transient := errors.Is(err, tier.ErrUnavailable) || errors.Is(err, tier.ErrNoSpace) || errors.Is(err, context.DeadlineExceeded)
+	if kind == KindNBD || (transient && since < s.cfg.WriteTimeout) {
+		s.retryWB(r, b, o, min(wbRetryMin<<min(tries-1, 5), wbRetryMax))
 		return
 	}
 	reason := dropNoSpace
@@ -255,10 +271,12 @@ func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
 	}
 }
 
-// retryWB requeues a block after a pause (bounded for files).
-func (s *Store) retryWB(r bref, b *blockState, o *object) {
+// retryWB requeues a block after a pause.
+func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
+	t := time.NewTimer(pause)
+	defer t.Stop()
 	select {
-	case <-time.After(100 * time.Millisecond):
+	case <-t.C:
 	case <-s.ctx.Done():
 		return
 	}
@@ -274,14 +292,20 @@ func (s *Store) retryWB(r bref, b *blockState, o *object) {
 func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (int, error) {
 	var g3err error
 	if s.g3 != nil {
-		if s.admitG3(r) {
+		switch {
+		case s.skipFull(tiG3) && s.g4 != nil:
+			g3err = fmt.Errorf("G3 full: %w", tier.ErrNoSpace)
+		case s.g4 != nil && !s.admitG3(r):
+			// Without G4 there is no other place: G3 takes the block and
+			// reclaims its oldest segment instead.
+			s.c.admissionsDenied.Add(1)
+			g3err = fmt.Errorf("G3 admission refused: %w", tier.ErrNoSpace)
+		default:
 			g3err = s.g3.Put(ctx, k, data)
+			s.noteTier(tiG3, g3err)
 			if g3err == nil {
 				return tiG3, nil
 			}
-		} else {
-			s.c.admissionsDenied.Add(1)
-			g3err = fmt.Errorf("G3 admission refused: %w", tier.ErrNoSpace)
 		}
 	}
 	if s.g4 == nil {
@@ -290,13 +314,63 @@ func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (
 		}
 		return 0, g3err
 	}
-	if err := s.g4.Put(ctx, k, data); err != nil {
+	if s.skipFull(tiG4) {
+		return 0, fmt.Errorf("%v; G4 full: %w", g3err, tier.ErrNoSpace)
+	}
+	err := s.g4.Put(ctx, k, data)
+	s.noteTier(tiG4, err)
+	if err != nil {
 		if g3err != nil {
 			return 0, fmt.Errorf("%v; G4: %w", g3err, err)
 		}
 		return 0, err
 	}
 	return tiG4, nil
+}
+
+// tierHealth is what the core saw of a tier's puts: full after "no space"
+// until a put succeeds.
+type tierHealth struct {
+	full      atomic.Bool
+	retryAt   atomic.Int64 // unix ns before which write-back skips a full tier
+	fullSince atomic.Int64 // unix ns
+}
+
+// noteTier records the outcome of a put to tier ti.
+func (s *Store) noteTier(ti int, err error) {
+	h := &s.health[ti]
+	switch {
+	case err == nil:
+		if h.full.Swap(false) {
+			s.log.Info("tier takes blocks again", "tier", tierNames[ti])
+		}
+	case errors.Is(err, tier.ErrNoSpace):
+		now := time.Now()
+		h.retryAt.Store(now.Add(fullBackoff).UnixNano())
+		if !h.full.Swap(true) {
+			h.fullSince.Store(now.UnixNano())
+			s.log.Warn("tier full: no space for new blocks", "tier", tierNames[ti], "err", err)
+		}
+	}
+}
+
+// skipFull reports whether write-back should not try tier ti now (it
+// answered "no space" less than fullBackoff ago).
+func (s *Store) skipFull(ti int) bool {
+	h := &s.health[ti]
+	return h.full.Load() && time.Now().UnixNano() < h.retryAt.Load()
+}
+
+// stallError is the error of a writer that waited WriteTimeout without
+// progress: tier.ErrNoSpace when the latest write-back failure was a full
+// tier, else tier.ErrUnavailable.
+func (s *Store) stallError(what string) error {
+	if p := s.wbErr.Load(); p != nil && errors.Is(*p, tier.ErrNoSpace) {
+		return fmt.Errorf("%s: no progress for %v, tiers below G2 full (%v): %w", what, s.cfg.WriteTimeout, *p, tier.ErrNoSpace)
+	} else if p != nil {
+		return fmt.Errorf("%s: no progress for %v (%v): %w", what, s.cfg.WriteTimeout, *p, tier.ErrUnavailable)
+	}
+	return fmt.Errorf("%s: no progress for %v: %w", what, s.cfg.WriteTimeout, tier.ErrUnavailable)
 }
 
 // admitG3 decides whether a block leaving G2 goes to flash: always while G3

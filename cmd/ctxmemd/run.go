@@ -75,6 +75,20 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	if err := cfg.EnsureDirs(); err != nil {
 		return withCode(exitFailure, err)
 	}
+	// A G3 larger than its filesystem's room only ever meets ENOSPC: clamp
+	// it (with a warning) or, when not even three segments fit, refuse it
+	// as a configuration error before anything is mounted.
+	if cfg.G3Size > 0 {
+		fit, clamped, err := g3.FitCapacity(cfg.G3Dir, cfg.G3Size, cfg.G3SegmentSize)
+		if err != nil {
+			return withCode(exitUsage, fmt.Errorf("g3_size: %w", err))
+		}
+		if clamped {
+			log.Warn("g3_size is larger than the room on its filesystem: clamped", "g3_dir", cfg.G3Dir,
+				"configured", config.FormatSize(cfg.G3Size), "using", config.FormatSize(fit))
+			cfg.G3Size = fit
+		}
+	}
 	d := &daemon{cfg: cfg, running: cfg, level: level, log: log, start: time.Now(), errs: make(chan error, 4)}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
@@ -203,7 +217,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
 		Logger: d.log.With("component", "tiering"),
 	})
@@ -214,10 +228,11 @@ func (d *daemon) open(ctx context.Context) error {
 	storeRef.Store(st)
 
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
-		Namespaces: fuseNamespaces(cfg),
-		TreePath:   filepath.Join(cfg.DataDir, "tree.db"),
-		Remote:     d.remote(),
-		Logger:     d.log.With("component", "fuse"),
+		Namespaces:     fuseNamespaces(cfg),
+		TreePath:       filepath.Join(cfg.DataDir, "tree.db"),
+		Remote:         d.remote(),
+		Logger:         d.log.With("component", "fuse"),
+		StatfsCapacity: cfg.StatfsCapacity,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)

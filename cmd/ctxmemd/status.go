@@ -82,10 +82,15 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			state = "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
 		case t.Degraded:
 			state = "DEGRADED (backend not answering)"
+		case t.Full:
+			state = "FULL (no space for new blocks)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks, state)
 	}
 	s := st.Stats
+	if s.Degraded != "" {
+		fmt.Fprintf(tw, "\nstore\tDEGRADED: %s\n", s.Degraded)
+	}
 	rq, bl, by := metrics.HitRatios(s)
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "hit ratio\trequest %.1f%% (%d/%d), block %.1f%% (of %d), byte %.1f%% (of %s)\n",

@@ -1,0 +1,69 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+)
+
+// opCtx is the context a waiting Backend call gets: it ends when the mount
+// shuts down (the embedded context, whose values and deadline it keeps) or
+// when the kernel interrupts the request (FUSE INTERRUPT, req.Done()).
+//
+// It exists so that a write(2) or fsync(2) stuck waiting for the tiers
+// below G2 can be killed: once the kernel has sent a request, a caller that
+// receives SIGKILL waits uninterruptibly for the answer, so the daemon must
+// answer EINTR when it is interrupted. The merged Done channel (and the
+// goroutine behind it) is made only if a callee asks for it, which only a
+// wait does; the copy paths stay free of it. release must be called when
+// the request is answered.
+type opCtx struct {
+	context.Context
+	req  context.Context
+	stop chan struct{}
+	once sync.Once
+	done chan struct{}
+}
+
+// interruptible returns a context for a Backend call made on behalf of
+// request ctx req, and its release func.
+func (f *fsys) interruptible(req context.Context) (*opCtx, func()) {
+	c := &opCtx{Context: f.ctx, req: req, stop: make(chan struct{})}
+	return c, func() { close(c.stop) }
+}
+
+// Done implements context.Context.
+func (c *opCtx) Done() <-chan struct{} {
+	c.once.Do(func() {
+		c.done = make(chan struct{})
+		if c.req == nil || c.req.Done() == nil {
+			c.done = nil
+			return
+		}
+		go func() { // ends with the request (stop) at the latest
+			select {
+			case <-c.Context.Done():
+			case <-c.req.Done():
+			case <-c.stop:
+				return
+			}
+			close(c.done)
+		}()
+	})
+	if c.done == nil {
+		return c.Context.Done()
+	}
+	return c.done
+}
+
+// Err implements context.Context.
+func (c *opCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.req != nil {
+		if err := c.req.Err(); err != nil {
+			return context.Canceled
+		}
+	}
+	return nil
+}
