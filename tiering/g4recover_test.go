@@ -65,12 +65,6 @@ func (t *memTier) has(k tier.Key) bool {
 	return ok
 }
 
-func (t *memTier) setFailPut(err error) {
-	t.mu.Lock()
-	t.failPut = err
-	t.mu.Unlock()
-}
-
 // fastRelist makes the background listing of G4 retry every few ms.
 func fastRelist(t *testing.T) {
 	lo, hi := g4RelistMin, g4RelistMax
@@ -126,13 +120,15 @@ func TestStartDuringG4Outage(t *testing.T) {
 	dir := t.TempDir()
 	g3 := newMemTier("G3", 0)
 	g4 := &outageTier{memTier: newMemTier("G4", 0)}
-	s := openTest(t, dir, g3, g4, 4<<20)
-	g3.setFailPut(tier.ErrNoSpace) // everything written now goes to G4
+	s := openTest(t, dir, nil, g4, 4<<20) // no G3: everything written now goes to G4
 	a := writeObject(t, s, "ns", "file", 1, 3*recBS)
 	c := writeObject(t, s, "ns", "file", 3, 2*recBS)
 	e := writeObject(t, s, "ns", "file", 5, recBS)
-	g3.setFailPut(nil)
-	b := writeObject(t, s, "ns", "file", 2, 2*recBS+100)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir, g3, g4, 4<<20)
+	b := writeObject(t, s, "ns", "file", 2, 2*recBS+100) // to G3
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,25 +275,33 @@ func TestDirtyExportWaitsForG4(t *testing.T) {
 	dir := t.TempDir()
 	g3 := newMemTier("G3", 0)
 	g4 := &outageTier{memTier: newMemTier("G4", 0)}
-	s := openTest(t, dir, g3, g4, 4<<20)
+	s := openTest(t, dir, nil, g4, 4<<20) // no G3: blocks go to G4
 	ctx := context.Background()
 	id, err := s.Create("ns", recBS, KindNBD)
 	if err != nil {
 		t.Fatal(err)
 	}
 	img := pattern(7, 4*recBS)
-	g3.setFailPut(tier.ErrNoSpace)
 	s.WriteAt(ctx, id, img[:2*recBS], 0) // blocks 0, 1 → G4
 	if err := s.Flush(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	g3.setFailPut(nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir, g3, g4, 4<<20)
 	s.WriteAt(ctx, id, img[2*recBS:], 2*recBS) // blocks 2, 3 → G3
 	if err := s.Flush(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for i := range uint32(4) {
+		k := tier.Key{Namespace: "ns", Object: uint64(id), Index: i, Gen: 1}
+		if in3, in4 := g3.has(k), g4.has(k); in3 == in4 || in3 != (i >= 2) {
+			t.Fatalf("setup: block %d in G3 %v, G4 %v", i, in3, in4)
+		}
 	}
 	// Simulate the crash: the record says dirty, as it would had the
 	// daemon died before the export went idle.
