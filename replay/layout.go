@@ -10,7 +10,8 @@ import (
 )
 
 // Layout is a file-naming scheme of an inference engine's KV offload
-// directory (see shared/workloads/ENGINES.md, workloads W1–W4).
+// directory (workloads W1–W4 of the engine notes, ENGINES.md, which are not
+// part of this repository).
 type Layout string
 
 // Layouts.

@@ -154,10 +154,11 @@ func TestMissOnOtherHost(t *testing.T) {
 // through a symlink) share everything, so they see exactly the hits of a
 // single-mount replay — the upper bound of cross-host sharing.
 func TestSameDirectoryIsSingleMount(t *testing.T) {
-	traces := map[string][]Request{"synthetic": synthetic()}
-	if reqs, err := LoadTrace(filepath.Join("..", "..", "shared", "data", "traces", "conversation_trace.jsonl"), 100); err == nil {
-		traces["mooncake-100"] = reqs
+	mooncake, err := LoadTrace("", 100) // the bundled trace
+	if err != nil {
+		t.Fatal(err)
 	}
+	traces := map[string][]Request{"synthetic": synthetic(), "mooncake-100": mooncake}
 	for name, reqs := range traces {
 		single, err := Run(context.Background(), reqs, Options{Mount: t.TempDir(), BlockBytes: 512, Concurrency: 4})
 		if err != nil {

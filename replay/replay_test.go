@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"log/slog"
@@ -242,6 +243,23 @@ func TestReadTrace(t *testing.T) {
 	if _, err := ReadTrace(strings.NewReader("{\"timestamp\":1}\n{bad\n"), 0); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("bad line: %v", err)
 	}
+	// Gzip is recognised by its magic bytes, in a reader and in a file
+	// whatever its name.
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(in))
+	zw.Close()
+	reqs, err = ReadTrace(bytes.NewReader(z.Bytes()), 0)
+	if err != nil || len(reqs) != 3 || reqs[0].HashIDs[1] != 2 {
+		t.Errorf("ReadTrace(gzip) = %+v, %v", reqs, err)
+	}
+	p := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(p, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if reqs, err = LoadTrace(p, 0); err != nil || len(reqs) != 3 {
+		t.Errorf("LoadTrace(gzip without .gz) = %+v, %v", reqs, err)
+	}
 }
 
 func TestSpeedAndCancel(t *testing.T) {
@@ -288,10 +306,9 @@ func TestProgressAndTable(t *testing.T) {
 // a plain directory (an infinite cache) and checks the hit count against an
 // independent count of repeated block ids.
 func TestRealTrace(t *testing.T) {
-	path := filepath.Join("..", "..", "shared", "data", "traces", "conversation_trace.jsonl")
-	reqs, err := LoadTrace(path, 500)
+	reqs, err := LoadTrace("", 500) // the bundled trace
 	if err != nil {
-		t.Skipf("trace not available: %v", err)
+		t.Fatal(err)
 	}
 	if len(reqs) != 500 {
 		t.Fatalf("loaded %d requests", len(reqs))

@@ -16,8 +16,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"sort"
+
+	"github.com/ctxmem/ctxmemd/traces"
 )
 
 // Request is one trace line.
@@ -31,10 +32,15 @@ type Request struct {
 	HashIDs []int64 `json:"hash_ids"`
 }
 
-// ReadTrace parses JSON lines from r, skipping blank lines, and returns at
-// most limit requests (limit <= 0: all) sorted by timestamp (stable, so
-// equal timestamps keep file order). Errors name the line number.
+// ReadTrace parses JSON lines from r (gzip-compressed or not: see
+// traces.Decompress), skipping blank lines, and returns at most limit
+// requests (limit <= 0: all) sorted by timestamp (stable, so equal
+// timestamps keep file order). Errors name the line number.
 func ReadTrace(r io.Reader, limit int) ([]Request, error) {
+	r, err := traces.Decompress(r)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	var out []Request
@@ -64,9 +70,10 @@ func ReadTrace(r io.Reader, limit int) ([]Request, error) {
 	return out, nil
 }
 
-// LoadTrace reads the trace file at path (see ReadTrace).
+// LoadTrace reads the trace file at path, plain or gzip-compressed; path ""
+// reads the bundled Mooncake trace (package traces). See ReadTrace.
 func LoadTrace(path string, limit int) ([]Request, error) {
-	f, err := os.Open(path)
+	f, err := traces.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

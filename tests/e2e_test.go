@@ -7,8 +7,8 @@
 // every test skips. With it, anything missing is a failure, except fio,
 // which skips its test when not installed. TestMain builds ./cmd/ctxmemd
 // once; CTXMEM_E2E_BIN=/path/to/binary uses that binary instead, and
-// CTXMEM_TRACE overrides the trace (default ../shared/data/traces/
-// conversation_trace.jsonl beside the repository).
+// CTXMEM_TRACE overrides the trace (default the bundled Mooncake trace,
+// traces/conversation_trace.jsonl.gz in this repository).
 //
 // The replay tests take minutes (2,000 requests each; CTXMEM_E2E_REQUESTS
 // changes that), so give go test a long timeout:
@@ -36,6 +36,7 @@ import (
 
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tests/workloads"
+	"github.com/ctxmem/ctxmemd/traces"
 )
 
 // e2eEnv gates the whole file.
@@ -86,8 +87,8 @@ func needE2E(t *testing.T) string {
 	return binary
 }
 
-// tracePath is the Mooncake trace beside the repository (../shared/...),
-// or $CTXMEM_TRACE.
+// tracePath is the bundled Mooncake trace (traces/, gzip), or
+// $CTXMEM_TRACE.
 func tracePath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CTXMEM_TRACE"); p != "" {
@@ -97,9 +98,9 @@ func tracePath(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(root, "..", "shared", "data", "traces", "conversation_trace.jsonl")
+	p := filepath.Join(root, filepath.FromSlash(traces.BundledName))
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("trace not found (set CTXMEM_TRACE): %v", err)
+		t.Fatalf("bundled trace missing (set CTXMEM_TRACE): %v", err)
 	}
 	return p
 }

@@ -236,10 +236,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	o.beginBusy(k.Index)
 	o.mu.Unlock()
 	err := errors.New("no G4")
-	if s.g4 != nil {
+	if s.g4 != nil && s.skipFull(tiG4) {
+		err = fmt.Errorf("G4 full: %w", tier.ErrNoSpace)
+	} else if s.g4 != nil {
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		err = s.g4.Put(ctx, k, data)
 		cancel()
+		s.noteTier(tiG4, err)
 		if err != nil {
 			s.logLimited("demote to G4 failed", "key", k.String(), "err", err)
 		}
@@ -274,8 +277,10 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if b.dirty {
 		return id, true // write-back stores the newer bytes
 	}
-	if g := b.g2.Load(); g != nil {
-		// Keep the bytes we still have: write-back retries them.
+	if g := b.g2.Load(); g != nil && (o.kind == KindNBD || !errors.Is(err, tier.ErrNoSpace)) {
+		// Keep the bytes we still have: write-back retries them (G4 did
+		// not answer; a full G4 would only fail again, so a cached file
+		// is dropped instead, as G3 reclaim drops it without G4).
 		b.dirty = true
 		o.dirty++
 		b.dirtyN = int64(len(g.buf))

@@ -245,8 +245,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.writeBackLoop()
 	}
-	s.wg.Add(4)
-	go s.watchDataDir()
+	if id, ok := statID(filepath.Join(cfg.DataDir, "meta.db")); ok {
+		s.wg.Add(1)
+		go s.watchDataDir(id)
+	}
+	s.wg.Add(3)
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()

@@ -30,13 +30,11 @@ func statID(path string) (fileID, bool) {
 // or replaced under the running store: nothing the store records from then
 // on would survive a restart, so it reports itself degraded (Stats.Degraded,
 // status) and logs one clear error, instead of absorbing it silently.
-func (s *Store) watchDataDir() {
+//
+// want is meta.db's identity when Open opened it.
+func (s *Store) watchDataDir(want fileID) {
 	defer s.wg.Done()
 	path := filepath.Join(s.cfg.DataDir, "meta.db")
-	want, ok := statID(path)
-	if !ok {
-		return
-	}
 	t := time.NewTicker(dataDirCheckEvery)
 	defer t.Stop()
 	for {

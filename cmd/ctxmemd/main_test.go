@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,7 +45,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--dram", "4XB"}, exitUsage, `"4XB"`},
 		{[]string{"run", "--no-such-flag"}, exitUsage, "no-such-flag"},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, exitUsage, "missing.yaml"},
-		{[]string{"replay", "--mount", dir}, exitUsage, "trace"},
 		{[]string{"replay", "--trace", trace, "--mount", dir, "--layout", "zfs"}, exitUsage, "unknown layout"},
 		{[]string{"replay", "--trace", trace, "--mount", dir, "--block-bytes", "lots"}, exitUsage, "--block-bytes"},
 		{[]string{"replay", "--trace", filepath.Join(dir, "none.jsonl"), "--mount", dir}, exitUsage, "none.jsonl"},
@@ -185,6 +185,48 @@ func TestStatus(t *testing.T) {
 		"block 90.0%", "G2 8, G4 1", "CRC errors", "llama"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestBundledAndGzipTrace: without --trace, replay and sim read the
+// embedded Mooncake trace; a gzip trace file is read whatever its name.
+func TestBundledAndGzipTrace(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := ctxmemd(t, "replay", "--mount", dir, "--requests", "20", "--block-bytes", "4KiB", "--json", "-q")
+	var res replay.Result
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Requests != 20 || res.Blocks == 0 || res.VerifyFailures != 0 {
+		t.Fatalf("replay of the bundled trace: exit %d, %+v, stderr %s", code, res, errs)
+	}
+	code, out, errs = ctxmemd(t, "sim", "--requests", "20", "--capacity", "100", "--policy", "lru", "--json")
+	var sr []simResult
+	if code != 0 || json.Unmarshal([]byte(out), &sr) != nil || len(sr) != 1 || sr[0].Refs != res.Blocks {
+		t.Fatalf("sim of the bundled trace: exit %d, %s (want %d refs), stderr %s", code, out, res.Blocks, errs)
+	}
+
+	plain := writeTrace(t, dir, [][]int64{{1, 2}, {1, 2}, {3}})
+	b, err := os.ReadFile(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(b)
+	zw.Close()
+	for _, name := range []string{"t.jsonl.gz", "t-gzip.jsonl"} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, z.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := ctxmemd(t, "replay", "--trace", p, "--mount", t.TempDir(), "--block-bytes", "4KiB", "--json")
+		var res replay.Result
+		if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Requests != 3 || res.Blocks != 5 || res.BlockHits != 2 {
+			t.Errorf("replay --trace %s: exit %d, %+v, stderr %s", name, code, res, errs)
+		}
+		code, out, errs = ctxmemd(t, "sim", "--trace", p, "--requests", "2", "--capacity", "2", "--policy", "lru", "--json")
+		var sr []simResult
+		if code != 0 || json.Unmarshal([]byte(out), &sr) != nil || len(sr) != 1 || sr[0].Refs != 4 || sr[0].Hits != 2 {
+			t.Errorf("sim --trace %s: exit %d, %s, stderr %s", name, code, out, errs)
 		}
 	}
 }

@@ -119,6 +119,12 @@ func (d *daemon) reload(ctx context.Context, c *cli.Context, quiet bool) {
 		d.log.Error("config reload failed: keeping the running config", "err", err)
 		return
 	}
+	if next.G3Size > 0 && next.G3Size > d.running.G3Size {
+		// The clamp of the start applies to a reload too (FitCapacity).
+		if fit, clamped, err := g3.FitCapacity(next.G3Dir, next.G3Size, next.G3SegmentSize); err == nil && clamped {
+			next.G3Size = max(fit, min(d.running.G3Size, next.G3Size))
+		}
+	}
 	cur, nm := summaryMap(d.running), summaryMap(next)
 	changed := map[string]bool{}
 	for _, m := range []map[string]string{cur, nm} {

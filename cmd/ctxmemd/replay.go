@@ -19,7 +19,8 @@ func replayCommand() *cli.Command {
 		Name:      "replay",
 		Usage:     "replay a request trace against a mount: read (and verify) existing blocks, write missing ones",
 		ArgsUsage: " ",
-		Description: "Trace: JSON lines {timestamp (ms), input_length, output_length, hash_ids}. Each block of each " +
+		Description: "Trace: JSON lines {timestamp (ms), input_length, output_length, hash_ids}, plain or gzip-compressed; " +
+			"without --trace, the Mooncake conversation trace built into the binary (12,031 requests). Each block of each " +
 			"request is a file; a hit is read whole and checked against a pattern derived from its id, a miss is " +
 			"written through a temp file and rename. Exit status 4 when any block fails verification.\n\n" +
 			"Multi-host: give --mount once per host (each a different ctxmemd daemon's mount, same namespace layout). " +
@@ -30,7 +31,8 @@ func replayCommand() *cli.Command {
 			"(G3.5). Block bytes depend only on the block id, so a shared file verifies on every host. The result " +
 			"adds one row per host.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines; required)"},
+			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines, plain or gzip)",
+				DefaultText: "the bundled Mooncake conversation trace"},
 			&cli.StringSliceFlag{Name: "mount", Usage: "directory to replay into; repeat for a multi-host replay (one mount per host)",
 				DefaultText: "the configured mount", KeepSpace: true},
 			&cli.StringFlag{Name: "spread", Usage: "with several mounts, route request i to host i mod N (rr) or hash(first --hash-blocks block ids) mod N (hash)",
@@ -53,9 +55,6 @@ func replayCommand() *cli.Command {
 }
 
 func replayAction(c *cli.Context) error {
-	if c.String("trace") == "" {
-		return withCode(exitUsage, errors.New("--trace FILE is required"))
-	}
 	layout, err := replay.ParseLayout(c.String("layout"))
 	if err != nil {
 		return withCode(exitUsage, err)

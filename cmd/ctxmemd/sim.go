@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ctxmem/ctxmemd/heat/sim"
+	"github.com/ctxmem/ctxmemd/traces"
 )
 
 func simCommand() *cli.Command {
@@ -23,9 +23,11 @@ func simCommand() *cli.Command {
 		Usage: "simulate cache policies on a trace and compare block hit ratios (no mount needed)",
 		Description: "Policies: lru, lru2, arc, opt, wtinylfu[:window=F,protected=F,sample=N], " +
 			"policy[:order=decay|lru2|lru,halflife=D,sample=N,admit=on|off] (the daemon's heat policy). " +
-			"Repeat --policy for several; capacities are in blocks.",
+			"Repeat --policy for several; capacities are in blocks. Trace: JSON lines, plain or gzip-compressed; " +
+			"without --trace, the Mooncake conversation trace built into the binary.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines; required)"},
+			&cli.StringFlag{Name: "trace", Usage: "trace file (JSON lines, plain or gzip)",
+				DefaultText: "the bundled Mooncake conversation trace"},
 			&cli.StringFlag{Name: "capacity", Usage: "cache sizes in blocks, comma-separated", Value: joinInts(sim.DefaultCapacities())},
 			&cli.StringSliceFlag{Name: "policy", Usage: "policy spec (repeatable)", Value: cli.NewStringSlice(sim.DefaultPolicies()...)},
 			&cli.IntFlag{Name: "requests", Usage: "simulate only the first N requests (0 = all)"},
@@ -46,9 +48,6 @@ type simResult struct {
 }
 
 func simAction(c *cli.Context) error {
-	if c.String("trace") == "" {
-		return withCode(exitUsage, errors.New("--trace FILE is required"))
-	}
 	var caps []int
 	for _, f := range strings.Split(c.String("capacity"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -57,7 +56,7 @@ func simAction(c *cli.Context) error {
 		}
 		caps = append(caps, n)
 	}
-	f, err := os.Open(c.String("trace"))
+	f, err := traces.Open(c.String("trace")) // decompresses gzip, so firstLines sees lines
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

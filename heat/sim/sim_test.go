@@ -1,13 +1,16 @@
 package sim
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/traces"
 )
 
 // lines builds a trace of one request per block list, one second apart.
@@ -33,6 +36,14 @@ func TestLoad(t *testing.T) {
 	}
 	if tr.Distinct() != 3 {
 		t.Fatalf("Distinct = %d", tr.Distinct())
+	}
+	// The same lines gzip-compressed (recognised by the magic bytes).
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte("{\"timestamp\": 5, \"hash_ids\": [1, 2]}\n\n  \n{\"hash_ids\": [3]}"))
+	zw.Close()
+	if tz, err := Load(&z); err != nil || fmt.Sprint(tz.Blocks) != "[1 2 3]" || fmt.Sprint(tz.Millis) != "[5 5 5]" {
+		t.Fatalf("gzip: got %+v, %v", tz, err)
 	}
 	for _, bad := range []string{"{\"hash_ids\": [1]}\nnot json\n", "{\"timestamp\": 1}\n"} {
 		if _, err := Load(strings.NewReader(bad)); !errors.Is(err, ErrTrace) {
@@ -167,46 +178,23 @@ func TestRunErrors(t *testing.T) {
 	}
 }
 
-// tracePath finds the Mooncake trace at ../shared/data/traces/ from the
-// repository root (the directory holding go.mod), or $CTXMEMD_TRACE.
-func tracePath(t testing.TB) string {
-	if p := os.Getenv("CTXMEMD_TRACE"); p != "" {
-		return p
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "data", "traces", "conversation_trace.jsonl")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("repository root (go.mod) not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
+// loadMooncake loads the bundled Mooncake conversation trace (package
+// traces), or the trace file $CTXMEMD_TRACE (plain or gzip) when set.
 func loadMooncake(t testing.TB) *Trace {
 	if raceEnabled {
 		// The replay is single-threaded; under the race detector it only
 		// gets ten times slower.
 		t.Skip("full-trace replay skipped under -race (single-threaded); run without -race")
 	}
-	p := tracePath(t)
-	f, err := os.Open(p)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("Mooncake trace not found at %s (expected ../shared/data/traces/conversation_trace.jsonl from the repo root, or set CTXMEMD_TRACE)", p)
-	}
+	p := os.Getenv("CTXMEMD_TRACE")
+	f, err := traces.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	tr, err := Load(f)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", traces.Name(p), err)
 	}
 	return tr
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ctxmem/ctxmemd/traces"
 )
 
 // ErrTrace is returned (wrapped) for a malformed trace.
@@ -30,12 +32,17 @@ type traceLine struct {
 	HashIDs   []uint64 `json:"hash_ids"`
 }
 
-// Load reads a JSON-lines trace in the Mooncake format (FAST '25 release:
+// Load reads a JSON-lines trace, plain or gzip-compressed (detected by the
+// magic bytes: traces.Decompress), in the Mooncake format (FAST '25 release:
 // one object per line with "timestamp" in ms and "hash_ids", the request's
 // prefix-chained block ids). Blank lines are skipped. A line that is not
 // valid JSON or lacks hash_ids is an error wrapping ErrTrace with its line
 // number; a missing timestamp counts as the previous line's.
 func Load(r io.Reader) (*Trace, error) {
+	r, err := traces.Decompress(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTrace, err)
+	}
 	br := bufio.NewReaderSize(r, 1<<20)
 	t := &Trace{}
 	var ts int64

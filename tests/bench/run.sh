@@ -22,6 +22,7 @@
 #
 # Environment: DRAM (G2 budget, default 2GiB), G3_SIZE (default 8GiB),
 # REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
+# TRACE (trace file, plain or gzip; default the bundled Mooncake trace),
 # SIZE/RUNTIME/FILES (fio_bench.sh), CP_INTERVALS (control-plane report
 # intervals, default 1s,200ms,50ms).
 set -euo pipefail
@@ -31,7 +32,8 @@ DRAM=${DRAM:-2GiB}
 G3_SIZE=${G3_SIZE:-8GiB}
 REPLAY_BLOCK_BYTES=${REPLAY_BLOCK_BYTES:-65536}
 REPLAY_REQUESTS=${REPLAY_REQUESTS:-0}
-trace=$root/../shared/data/traces/conversation_trace.jsonl
+trace_args=()
+[[ -n ${TRACE:-} ]] && trace_args=(--trace "$TRACE")
 
 section() { printf '\n== %s ==\n' "$*"; }
 
@@ -42,7 +44,7 @@ go test -run '^$' -bench . -benchtime 2s ./tiering/g3/ 2>&1 | grep -E '^(Benchma
 go test -run '^$' -bench . -benchtime 20x ./tiering/g4/ 2>&1 | grep -E '^(Benchmark|ok)'
 
 section "Placement policy on the full trace (block hit ratio; LRU and OPT are references)"
-go run ./cmd/ctxmemd sim --trace "$trace"
+go run ./cmd/ctxmemd sim "${trace_args[@]}"
 
 section "fio and KV job: mount vs tmpfs"
 work=$(mktemp -d /tmp/ctxmem-bench.XXXXXX)
@@ -67,7 +69,7 @@ done
 bash tests/bench/fio_bench.sh "$work/mnt/default" "$shm"
 
 section "Full trace replay through the mount (block files of $REPLAY_BLOCK_BYTES bytes)"
-args=(--trace "$trace" --mount "$work/mnt/default" --block-bytes "$REPLAY_BLOCK_BYTES" --quiet)
+args=("${trace_args[@]}" --mount "$work/mnt/default" --block-bytes "$REPLAY_BLOCK_BYTES" --quiet)
 [[ $REPLAY_REQUESTS != 0 ]] && args+=(--requests "$REPLAY_REQUESTS")
 ./bin/ctxmemd replay "${args[@]}"
 ./bin/ctxmemd status --admin "$work/data/admin.sock"

@@ -248,6 +248,7 @@ type TierStatus struct {
 	CapacityBytes int64  `json:"capacity_bytes"`
 	Blocks        int64  `json:"blocks"`
 	Degraded      bool   `json:"degraded"`
+	Full          bool   `json:"full"`
 	Recovering    bool   `json:"recovering"` // started during the tier's outage, listing pending
 }
 

@@ -1,7 +1,8 @@
 // Package workloads replays, at reduced and parameterised sizes, the file I/O
 // that real inference engines perform on a KV-cache directory, and checks
 // every invariant those engines rely on. The five workloads and their checks
-// are specified in shared/workloads/ENGINES.md ("Replayable workloads"):
+// are specified in the engine notes (ENGINES.md, "Replayable workloads"; a
+// design document kept outside this repository):
 //
 //   - RunW1: SGLang HiCacheFile — flat directory, temp file + rename over the
 //     final name, 2 threads per rank, shared (MLA-style) keys written by
