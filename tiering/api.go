@@ -60,6 +60,10 @@ type TierUsage struct {
 	// then skipped for a second at a time); it clears on the next put it
 	// takes.
 	Full bool `json:"full"`
+	// Recovering is set (with Degraded) while the store waits for the
+	// tier's first listing: it started while the tier did not answer, and
+	// blocks only the tier holds read as I/O errors until it does.
+	Recovering bool `json:"recovering,omitempty"`
 }
 
 // Errors returned by the Store (test with errors.Is). Tier errors

@@ -74,7 +74,7 @@ func (s *Store) cleanBatch(items []cleanItem) {
 		}
 		seen[o] = true
 		o.mu.Lock()
-		if o.deleted || !o.clean() || !o.metaDirty {
+		if o.deleted || !o.clean() || !o.metaDirty || o.awaitG4 {
 			o.mu.Unlock()
 			continue
 		}
@@ -100,8 +100,8 @@ func (s *Store) cleanBatch(items []cleanItem) {
 func (s *Store) cleanIfIdle(o *object) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.deleted || !o.clean() || !o.metaDirty || s.volatile {
-		return
+	if o.deleted || !o.clean() || !o.metaDirty || s.volatile || o.awaitG4 {
+		return // an export waiting for G4 stays recorded dirty (g4recover.go)
 	}
 	if err := s.persistCleanLocked(o); err != nil {
 		s.log.Error("persist clean object", "object", o.id, "err", err)

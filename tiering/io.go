@@ -84,6 +84,9 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte) (int, error) {
 	b := o.blocks[idx]
 	if b == nil {
+		if o.awaitG4 {
+			return 0, errAwaitG4 // the hole may be a block only G4 holds
+		}
 		clear(dst)
 		return tiG2, nil
 	}
@@ -261,6 +264,10 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	if err != nil {
 		return 0, err
 	}
+	if o.awaitG4 {
+		o.mu.Unlock()
+		return 0, errAwaitG4
+	}
 	if err := s.markMetaDirty(o); err != nil {
 		o.mu.Unlock()
 		return 0, err
@@ -397,6 +404,10 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	o, err := s.lockLive(id)
 	if err != nil {
 		return err
+	}
+	if o.awaitG4 {
+		o.mu.Unlock()
+		return errAwaitG4
 	}
 	if size == o.size && size != 0 {
 		o.mu.Unlock()
@@ -551,6 +562,10 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 	o, err := s.lockLive(id)
 	if err != nil {
 		return err
+	}
+	if o.awaitG4 {
+		o.mu.Unlock()
+		return errAwaitG4
 	}
 	end := min(off+length, o.size)
 	if off >= end {

@@ -100,6 +100,7 @@ type object struct {
 	metaDirty bool // the persisted record is absent or says "dirty"
 	persisted bool // meta.db holds a record of this object
 	deleted   bool
+	awaitG4   bool // an export recovered without G4's listing (g4recover.go)
 	// flushed is closed (and replaced) whenever the object becomes clean
 	// on disk; Flush waits on it.
 	flushed chan struct{}

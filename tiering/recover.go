@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,8 +31,37 @@ func (s *Store) recover() error {
 	if err := scan(s.g3, func(l *loc) { l.g3 = true }); err != nil {
 		return fmt.Errorf("scan G3: %w", err)
 	}
-	if err := scan(s.g4, func(l *loc) { l.g4 = true }); err != nil {
-		return fmt.Errorf("scan G4: %w", err)
+	// G4 is listed into its own map first: a listing that fails part way
+	// must not leave half of G4 in present.
+	var rec4 *g4Recovery
+	if s.g4 != nil {
+		in4 := make(map[tier.Key]bool)
+		var err error
+		if l, ok := s.g4.(interface{ Listed() bool }); ok && !l.Listed() {
+			// The tier's own listing at open just failed (opened
+			// unlisted): do not wait for the store a second time.
+			err = fmt.Errorf("G4 opened unlisted: %w", tier.ErrUnavailable)
+		} else {
+			err = s.g4.Range(func(k tier.Key, _ int64) bool { in4[k] = true; return true })
+		}
+		switch {
+		case err == nil:
+			for k := range in4 {
+				l := present[k]
+				if l == nil {
+					l = &loc{}
+					present[k] = l
+				}
+				l.g4 = true
+			}
+		case errors.Is(err, tier.ErrUnavailable):
+			// Start without G4's listing: nothing is concluded about
+			// blocks only G4 may hold (see g4recover.go).
+			rec4 = &g4Recovery{blocks: make(map[tier.Key]*blockState)}
+			s.log.Warn("G4 does not answer: starting without its listing; blocks only in G4 read as I/O errors until it answers (retrying in the background)", "err", err)
+		default:
+			return fmt.Errorf("scan G4: %w", err)
+		}
 	}
 	byObject := make(map[uint64][]tier.Key)
 	for k := range present {
@@ -42,6 +72,11 @@ func (s *Store) recover() error {
 	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
 		if rec.State == stateDirty && rec.Kind == KindNBD && rec.BlockSize >= tier.MinBlockSize {
 			s.recoverExport(id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
+			if rec4 != nil {
+				o := s.objects[id]
+				o.awaitG4 = true
+				rec4.exports = append(rec4.exports, o)
+			}
 			return
 		}
 		if rec.State != stateClean || rec.BlockSize < tier.MinBlockSize {
@@ -58,18 +93,35 @@ func (s *Store) recover() error {
 			for idx := run[0]; ; idx++ {
 				k := o.key(idx)
 				l := present[k]
+				if l == nil && rec4 != nil {
+					l = &loc{g4: true} // maybe in G4: verified once G4 answers
+				}
 				if l == nil || int64(idx)*int64(o.bs) >= o.size {
 					lost = append(lost, id)
 					return
 				}
-				o.blocks[idx] = &blockState{inG3: l.g3, inG4: l.g4}
+				in4 := l.g4
+				if l.g3 && l.g4 {
+					// G3 wins: the G4 copy may be stale (written back to G3
+					// while G4 was down, the delete of the G4 copy failed)
+					// and trusting it would let a later G3 eviction skip
+					// the upload and serve the old bytes. The G4 copy is
+					// garbage (unused below).
+					in4 = false
+				}
+				o.blocks[idx] = &blockState{inG3: l.g3, inG4: in4}
+				if rec4 != nil {
+					rec4.blocks[k] = o.blocks[idx]
+				}
 				if idx == run[1] {
 					break
 				}
 			}
 		}
-		for idx := range o.blocks {
-			used[o.key(idx)] = true
+		for idx, b := range o.blocks {
+			if b.inG3 || b.inG4 {
+				used[o.key(idx)] = true
+			}
 		}
 		s.objects[id] = o
 	})
@@ -95,9 +147,17 @@ func (s *Store) recover() error {
 			s.gc(s.g4, k)
 		}
 	}
+	for k, l := range present {
+		if used[k] && l.g3 && l.g4 {
+			s.gc(s.g4, k) // G3 won (above); copyState keeps it if that changes
+		}
+	}
 	s.nextID, s.idLimit = maxID+1, maxID+1
 	s.c.objectsLost.Add(int64(len(lost)))
-	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage)
+	if rec4 != nil {
+		s.g4rec = rec4
+	}
+	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage, "g4_listed", rec4 == nil)
 	return nil
 }
 

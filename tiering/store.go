@@ -188,6 +188,8 @@ type Store struct {
 	roomWanted atomic.Int64
 	degraded   atomic.Pointer[string] // why the store is degraded (watchDataDir)
 
+	g4recState // G4's recovery when Open could not list it (g4recover.go)
+
 	c      counters
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -251,6 +253,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
+	s.startG4Recovery()
 	return s, nil
 }
 
@@ -720,6 +723,9 @@ func (s *Store) Occupancy() []TierUsage {
 			tu.Degraded = !h.Healthy()
 		}
 		tu.Full = s.health[ti].full.Load()
+		if t == s.g4 && s.g4Waiting() {
+			tu.Degraded, tu.Recovering = true, true
+		}
 		out = append(out, tu)
 	}
 	return out

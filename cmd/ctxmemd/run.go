@@ -95,7 +95,13 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	if err := d.open(ctx); err != nil {
 		cancel() // stop the goroutines open started before it failed
 		d.close()
-		return withCode(exitFailure, err)
+		code := exitFailure
+		if errors.Is(err, s3.ErrBucketNotFound) || errors.Is(err, s3.ErrAccessDenied) {
+			// The object store answered and refused the configuration:
+			// retrying (systemd's Restart=) cannot help.
+			code = exitUsage
+		}
+		return withCode(code, err)
 	}
 	log.Info("ctxmemd serving", "version", version, "mount", cfg.Mount, "data_dir", cfg.DataDir,
 		"dram", config.FormatSize(cfg.DRAM), "g3", config.FormatSize(cfg.G3Size), "g4", cfg.G4,
@@ -194,9 +200,18 @@ func (d *daemon) open(ctx context.Context) error {
 				st := storeRef.Load()
 				return st != nil && st.IsExportBlock(k)
 			},
+			// An object store that does not answer at start must not
+			// take the mount down: G4 starts unlisted and the core
+			// recovers its blocks in the background.
+			OpenUnlisted: true,
+			OpenTimeout:  g4OpenTimeout,
 		})
 		if err != nil {
 			return fmt.Errorf("open G4 %s: %w", cfg.G4, err)
+		}
+		if !t.Listed() {
+			d.log.Warn("G4 object store does not answer: starting degraded (G2/G3 serve; G4-only blocks read as EIO until it answers)",
+				"g4", cfg.G4, "err", storeErr(objects))
 		}
 		d.g4, t4 = t, t
 	}
@@ -322,6 +337,7 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 		if err != nil {
 			return nil, fmt.Errorf("g4 %s: %w", url, err)
 		}
+		opts.AllowUnreachable = true // silence is an outage, not a configuration error
 		st, err := s3.New(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("open G4 %s: %w", url, err)
@@ -329,6 +345,19 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 		return st, nil
 	}
 	return nil, fmt.Errorf("g4 %q: want file:///dir, s3://bucket/prefix or none", url)
+}
+
+// g4OpenTimeout bounds G4's first listing at start; past it the daemon
+// starts with G4 unlisted and lists it in the background.
+const g4OpenTimeout = 20 * time.Second
+
+// storeErr returns the latest error an object store reported, if it keeps
+// one (S3), for the start-up log.
+func storeErr(st g4.ObjectStore) error {
+	if s, ok := st.(*s3.Store); ok {
+		return s.LastError()
+	}
+	return nil
 }
 
 // servePprof serves net/http/pprof on addr (debugging aid, enabled by the

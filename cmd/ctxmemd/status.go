@@ -78,6 +78,8 @@ func writeStatus(w io.Writer, st admin.Status) error {
 		}
 		state := "ok"
 		switch {
+		case t.Recovering:
+			state = "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
 		case t.Degraded:
 			state = "DEGRADED (backend not answering)"
 		case t.Full:

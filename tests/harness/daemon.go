@@ -225,6 +225,10 @@ func (d *Daemon) Restart() {
 	d.start()
 }
 
+// SetOptions replaces the options the next start uses (the directories
+// stay the same), e.g. to enable G3 on a later start.
+func (d *Daemon) SetOptions(opts Options) { d.opts = opts }
+
 // StartAgain starts a stopped or killed daemon on the same directories.
 func (d *Daemon) StartAgain() { d.t.Helper(); d.start() }
 
@@ -245,6 +249,7 @@ type TierStatus struct {
 	Blocks        int64  `json:"blocks"`
 	Degraded      bool   `json:"degraded"`
 	Full          bool   `json:"full"`
+	Recovering    bool   `json:"recovering"` // started during the tier's outage, listing pending
 }
 
 // Status is the part of `ctxmemd status --json` the tests read; Stats keeps

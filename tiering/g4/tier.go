@@ -36,6 +36,15 @@ type TierOptions struct {
 	// Retain, if set, exempts blocks from expiry when it returns true (NBD
 	// export blocks must never be dropped, see DESIGN.md).
 	Retain func(k tier.Key) bool
+	// OpenUnlisted makes NewTier return the tier even when its first
+	// listing gets no answer (an error wrapping tier.ErrUnavailable, or
+	// OpenTimeout running out): the tier then starts unlisted (Listed is
+	// false, Healthy is false, Stat and Usage know no block) until a Range
+	// completes. Put, Get and Delete work as usual meanwhile: a Get of a
+	// block while the backend is down fails with tier.ErrUnavailable.
+	OpenUnlisted bool
+	// OpenTimeout bounds the first listing, at open (default ListTimeout).
+	OpenTimeout time.Duration
 }
 
 // Defaults of TierOptions.
@@ -75,7 +84,8 @@ type Tier struct {
 	idx     *index
 	locks   keyLocks
 	closed  atomic.Bool
-	bufPool sync.Pool // *[]byte scratch for partial reads
+	listed  atomic.Bool // a listing of the prefix completed (the index is whole)
+	bufPool sync.Pool   // *[]byte scratch for partial reads
 
 	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, unavailable atomic.Uint64
 }
@@ -86,9 +96,11 @@ var (
 )
 
 // NewTier opens a G4 tier over store and builds its index by listing the
-// store under opts.Prefix (bounded by opts.ListTimeout). It fails if the
+// store under opts.Prefix (bounded by opts.OpenTimeout). It fails if the
 // options are invalid or the listing fails (an error wrapping
-// tier.ErrUnavailable when the backend does not answer).
+// tier.ErrUnavailable when the backend does not answer), unless
+// opts.OpenUnlisted lets it start unlisted on a backend that does not
+// answer (see TierOptions.OpenUnlisted and Listed).
 func NewTier(store ObjectStore, opts TierOptions) (*Tier, error) {
 	if store == nil {
 		return nil, errors.New("g4: nil store")
@@ -117,12 +129,24 @@ func NewTier(store ObjectStore, opts TierOptions) (*Tier, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = opts.ListTimeout
+	}
 	t := &Tier{store: store, opts: opts, idx: newIndex()}
-	if _, err := t.refresh(context.Background()); err != nil {
+	if _, err := t.refreshWithin(context.Background(), opts.OpenTimeout); err != nil {
+		if opts.OpenUnlisted && errors.Is(err, tier.ErrUnavailable) {
+			return t, nil
+		}
 		return nil, err
 	}
 	return t, nil
 }
+
+// Listed reports whether a listing of the store has completed since the
+// tier was opened, so that the index (Stat, Usage) is whole. A tier opened
+// unlisted (TierOptions.OpenUnlisted) becomes listed at its first Range
+// that succeeds.
+func (t *Tier) Listed() bool { return t.listed.Load() }
 
 // Name returns "G4".
 func (t *Tier) Name() string { return "G4" }
@@ -137,10 +161,14 @@ func (t *Tier) Stats() Stats {
 	}
 }
 
-// Healthy implements tier.HealthReporter: false while the object store
+// Healthy implements tier.HealthReporter: false while the tier is
+// unlisted (opened during an outage, see Listed) or the object store
 // reports its latest call failed (stores that do not report health are
-// always healthy).
+// otherwise always healthy).
 func (t *Tier) Healthy() bool {
+	if !t.listed.Load() {
+		return false
+	}
 	if h, ok := t.store.(tier.HealthReporter); ok {
 		return h.Healthy()
 	}
@@ -417,7 +445,12 @@ func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
 // refresh lists the store under the prefix, merges the listing into the
 // index and returns a snapshot of the index.
 func (t *Tier) refresh(ctx context.Context) (map[tier.Key]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.opts.ListTimeout)
+	return t.refreshWithin(ctx, t.opts.ListTimeout)
+}
+
+// refreshWithin is refresh bounded by timeout.
+func (t *Tier) refreshWithin(ctx context.Context, timeout time.Duration) (map[tier.Key]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	listed := map[tier.Key]int64{}
 	t.idx.beginList()
@@ -433,6 +466,7 @@ func (t *Tier) refresh(ctx context.Context) (map[tier.Key]int64, error) {
 		return nil, t.listErr(err)
 	}
 	t.idx.endList(listed)
+	t.listed.Store(true)
 	return t.idx.snapshot(), nil
 }
 

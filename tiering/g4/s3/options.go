@@ -102,6 +102,14 @@ type Options struct {
 	// CreateBucket makes New create the bucket when it does not exist;
 	// otherwise a missing bucket fails New with ErrBucketNotFound.
 	CreateBucket bool
+	// AllowUnreachable makes New return the store even when its start
+	// check gets no answer (connection refused, timeouts, a hung server,
+	// 5xx answers): the store then reports itself unhealthy (Healthy,
+	// LastError) until a call is answered. Answers that reject the
+	// configuration still fail New: a missing bucket (ErrBucketNotFound),
+	// refused credentials (ErrAccessDenied), an HTTP/HTTPS mismatch or an
+	// untrusted TLS certificate.
+	AllowUnreachable bool
 }
 
 // Defaults of Options.

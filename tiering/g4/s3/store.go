@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/ctxmem/ctxmemd/tiering/g4"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // Store is a g4.ObjectStore on an S3 bucket, through minio-go. Object name
@@ -106,10 +107,22 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.core = minio.Core{Client: s.client}
 	if err := s.check(ctx); err != nil {
+		var cfgErr *startConfigError
+		if opts.AllowUnreachable && errors.Is(err, tier.ErrUnavailable) && !errors.As(err, &cfgErr) {
+			return s, nil // unhealthy (health records err) until a call is answered
+		}
 		return nil, err
 	}
 	return s, nil
 }
+
+// startConfigError marks a start-check failure that no retry can cure
+// (HTTP against HTTPS, an untrusted certificate) although the HTTP client,
+// not the server, reported it.
+type startConfigError struct{ err error }
+
+func (e *startConfigError) Error() string { return e.err.Error() }
+func (e *startConfigError) Unwrap() error { return e.err }
 
 // credentials picks the credential source (config, environment, shared
 // file, anonymous) and remembers it for error messages. The environment
@@ -205,7 +218,10 @@ func (s *Store) startErr(ctx context.Context, err error) error {
 		hint = " (TLS certificate not trusted: give the server's CA with ca=/path/to/ca.pem)"
 	}
 	e := s.classify(ctx, "open bucket "+s.opts.Bucket, "", err)
-	return fmt.Errorf("%w%s", e, hint)
+	if hint != "" {
+		return &startConfigError{fmt.Errorf("%w%s", e, hint)}
+	}
+	return e
 }
 
 // Options returns the options in effect (defaults filled; secrets

@@ -435,3 +435,60 @@ func TestTLSWithCA(t *testing.T) {
 		t.Fatal("plain HTTP to an HTTPS server succeeded")
 	}
 }
+
+// TestAllowUnreachable: with AllowUnreachable, New against a stopped or
+// hung server returns the store, unhealthy, with the outage as LastError,
+// and the store works once the server answers; a missing bucket, refused
+// credentials and an HTTPS/HTTP mismatch (answers, not silence) still fail
+// New.
+func TestAllowUnreachable(t *testing.T) {
+	srv := s3test.StartServer(t)
+	opts := serverOptions(srv, "p")
+	opts.Timeout = 300 * time.Millisecond
+	opts.AllowUnreachable = true
+	srv.Stop()
+	start := time.Now()
+	s, err := s3.New(bg, opts)
+	if err != nil {
+		t.Fatalf("New against a stopped server with AllowUnreachable = %v; want the store", err)
+	}
+	if s.Healthy() || !errors.Is(s.LastError(), tier.ErrUnavailable) {
+		t.Fatalf("store opened during the outage: healthy %v, last error %v", s.Healthy(), s.LastError())
+	}
+	t.Logf("opened unhealthy in %v: %v", time.Since(start).Round(time.Millisecond), s.LastError())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	storetest.MustPut(t, s, "x", []byte("x"), nil)
+	if !s.Healthy() {
+		t.Fatal("still unhealthy after a call was answered")
+	}
+
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := s3.New(bg, opts); err != nil {
+		t.Fatalf("New against a hung server with AllowUnreachable = %v; want the store", err)
+	}
+	t.Logf("hung server: New returned in %v", time.Since(start).Round(time.Millisecond))
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := opts
+	bad.Bucket = "no-such-bucket"
+	if _, err := s3.New(bg, bad); !errors.Is(err, s3.ErrBucketNotFound) {
+		t.Fatalf("missing bucket with AllowUnreachable: %v; want ErrBucketNotFound", err)
+	}
+	bad = opts
+	bad.SecretKey = "not-the-secret"
+	if _, err := s3.New(bg, bad); !errors.Is(err, s3.ErrAccessDenied) {
+		t.Fatalf("wrong secret with AllowUnreachable: %v; want ErrAccessDenied", err)
+	}
+	bad = opts
+	bad.Insecure = false
+	if _, err := s3.New(bg, bad); err == nil || !strings.Contains(err.Error(), "insecure=true") {
+		t.Fatalf("HTTPS to an HTTP server with AllowUnreachable: %v; want the error with its hint", err)
+	}
+}
