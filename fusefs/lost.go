@@ -140,7 +140,9 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	n.lost = true
 	res := n.reserved
 	n.setReserved(0)
-	n.size = 0
+	// n.size stays: a held descriptor must read EIO from the daemon, and
+	// with a size of 0 the kernel would answer its reads with end of file
+	// (0 bytes of a file that had bytes) without asking.
 	n.mu.Unlock()
 	n.ns.adjust(-res)
 	lvl := slog.LevelDebug

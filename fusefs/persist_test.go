@@ -206,6 +206,14 @@ func TestOnLost(t *testing.T) {
 	if _, err := f.ReadAt(make([]byte, 4096), 0); !errors.Is(err, syscall.EIO) {
 		t.Errorf("read of an open lost file: %v, want EIO", err)
 	}
+	// fstat then read on the held descriptor (a tail reader, the crash
+	// soak's reader): an error, never end of file at offset 0.
+	if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
+		t.Errorf("fstat of an open lost file says size 0")
+	}
+	if n, err := f.ReadAt(make([]byte, 4096), 8192); !errors.Is(err, syscall.EIO) {
+		t.Errorf("read at 8192 of an open lost file after fstat: %d, %v; want EIO", n, err)
+	}
 	if err := os.WriteFile(p, pattern(2, 1<<20), 0o644); err != nil {
 		t.Fatalf("quota of the lost file was not released: %v", err)
 	}
