@@ -220,6 +220,8 @@ func TestValidationErrors(t *testing.T) {
 		{name: "data in mount", flags: map[string]string{"mount": dir + "/m", "data-dir": dir + "/m/data"}, want: []string{"data_dir", "inside the mount"}},
 		{name: "segment < block", flags: map[string]string{"g3-segment-size": "128KiB"}, want: []string{"g3_segment_size"}},
 		{name: "dirty > dram", flags: map[string]string{"dirty-bytes": "2GiB"}, want: []string{"dirty_bytes"}},
+		{name: "nbd on g3 without g4", flags: map[string]string{"nbd": "unix:///tmp/x.sock", "g4": "none"}, want: []string{"g4", "NBD exports"}},
+		{name: "write timeout too short", flags: map[string]string{"write-timeout": "10ms"}, want: []string{"write_timeout"}},
 		{name: "socket too long", flags: map[string]string{"admin": "/" + strings.Repeat("x", 120)}, want: []string{"admin", "longer than"}},
 		{name: "ns dup", yaml: "namespaces:\n  - name: a\n  - name: a\n", want: []string{"declared twice"}},
 		{name: "ns bad name", yaml: "namespaces:\n  - name: a/b\n", want: []string{"not a valid directory name"}},

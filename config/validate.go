@@ -144,6 +144,14 @@ func (c Config) Validate() error {
 	if c.G4 == "" {
 		bad("g4", "must not be empty (use none to disable)")
 	}
+	if c.NBD != "" && c.G4 == "none" && c.G3Size > 0 {
+		// G3 is a log: reclaiming a segment drops the only stored copy of
+		// an export block whose rewrite is not yet written back, and
+		// without G4 nothing can keep that flushed version meanwhile, so
+		// a kill -9 would read it as zeros. G2-only exports are RAM disks
+		// (volatile by design) and stay allowed.
+		bad("g4", "none with NBD exports on G3: a G3 reclaim could drop the flushed copy of an export block (set g4, e.g. file://DATA_DIR/g4, or g3_size 0 for a volatile RAM export)")
+	}
 	if c.G4TTL <= 0 {
 		bad("g4_ttl", "must be positive")
 	}

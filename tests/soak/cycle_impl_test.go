@@ -282,6 +282,14 @@ func (w *workload) fileWriter(wi int, rng *rand.Rand, fsyncPct int) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
+		if err != nil && s.prof.mayFill && (errors.Is(err, syscall.EIO) || errors.Is(err, fs.ErrNotExist)) && !s.killed.Load() {
+			// No lower tier for every block: G3 reclaim (or G2-only
+			// eviction) dropped the file while it was being written. The
+			// version stays unacknowledged; the file is gone whole.
+			s.lostLive.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			s.workerFail("I/O ERROR", fmt.Sprintf("file writer %d, file %d version %d: %v", wi, f.id, v.v, err), true)
 			return

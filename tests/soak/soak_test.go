@@ -57,22 +57,25 @@ type profile struct {
 	// volatile: no tier below G2 at all, so nothing survives a restart;
 	// only "never wrong bytes" and liveness are checked.
 	volatile bool
+	// filesOnly: no NBD export (the daemon refuses exports on G3 without
+	// G4: see config validation).
+	filesOnly bool
 }
 
 var profiles = map[string]profile{
 	"tiny": {"tiny", harness.Options{DRAM: "8MiB", G3Size: "48MiB", BlockSize: "64KiB",
-		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, false, false},
+		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, false, false, false},
 	"small": {"small", harness.Options{DRAM: "64MiB", G3Size: "256MiB",
-		Extra: []string{"--g3-segment-size", "16MiB"}}, 512 << 10, false, false},
-	"g4":    {"g4", harness.Options{DRAM: "16MiB", G3Size: "0", BlockSize: "128KiB"}, 384 << 10, false, false},
-	"roomy": {"roomy", harness.Options{DRAM: "256MiB", G3Size: "1GiB"}, 1 << 20, false, false},
+		Extra: []string{"--g3-segment-size", "16MiB"}}, 512 << 10, false, false, false},
+	"g4":    {"g4", harness.Options{DRAM: "16MiB", G3Size: "0", BlockSize: "128KiB"}, 384 << 10, false, false, false},
+	"roomy": {"roomy", harness.Options{DRAM: "256MiB", G3Size: "1GiB"}, 1 << 20, false, false, false},
 	// Not in the default rotation (select with CTXMEM_SOAK_PROFILES):
 	// G3 alone, smaller than what the soak keeps live plus the
 	// overwritten garbage, so G3 fills and cannot reclaim.
 	"g3only": {"g3only", harness.Options{DRAM: "8MiB", G3Size: "32MiB", BlockSize: "64KiB", G4: "none",
-		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, true, false},
+		Extra: []string{"--g3-segment-size", "4MiB"}}, 256 << 10, true, false, true},
 	// DRAM only.
-	"dram": {"dram", harness.Options{DRAM: "32MiB", G3Size: "0", G4: "none"}, 256 << 10, true, true},
+	"dram": {"dram", harness.Options{DRAM: "32MiB", G3Size: "0", G4: "none"}, 256 << 10, true, true, false},
 }
 
 const (
@@ -112,9 +115,10 @@ type soak struct {
 	// restart; preCycle is the cycle whose start the copy precedes.
 	snapshot bool
 	preCycle int
-	// noNBD (CTXMEM_SOAK_NBD=0): files only; the export is served but not
-	// written or verified.
-	noNBD bool
+	// noNBD (CTXMEM_SOAK_NBD=0, or a filesOnly profile): files only; the
+	// export is served but not written or verified (filesOnly: not
+	// served). envNoNBD is the environment's choice.
+	noNBD, envNoNBD bool
 	// cycleFirstVersion[c-1] is the first version number cycle c used;
 	// cycleLog says how each cycle of the current epoch ended.
 	cycleFirstVersion []uint64
@@ -174,6 +178,7 @@ func TestSoak(t *testing.T) {
 	s.st.Kills = map[string]int{}
 	s.snapshot = os.Getenv("CTXMEM_SOAK_SNAPSHOT") == "1"
 	s.noNBD = os.Getenv("CTXMEM_SOAK_NBD") == "0"
+	s.envNoNBD = s.noNBD
 	s.bin = os.Getenv("CTXMEM_E2E_BIN")
 	if s.bin == "" {
 		dir := t.TempDir()
@@ -234,8 +239,11 @@ func (s *soak) newEpoch(p profile) {
 	opts := p.opts
 	opts.LogLevel = "info"
 	opts.MountTimeout = 30 * time.Second
-	opts.Extra = append(append([]string(nil), opts.Extra...), "--nbd", "unix://"+s.sock, "--nbd-size", strconv.Itoa(exportBytes),
-		"--nats", "none")
+	s.noNBD = s.envNoNBD || p.filesOnly
+	opts.Extra = append(append([]string(nil), opts.Extra...), "--nats", "none")
+	if !p.filesOnly {
+		opts.Extra = append(opts.Extra, "--nbd", "unix://"+s.sock, "--nbd-size", strconv.Itoa(exportBytes))
+	}
 	s.files = make([]*fileState, nFiles)
 	for i := range s.files {
 		s.files[i] = &fileState{id: uint64(s.epoch)<<32 | uint64(i)}
@@ -330,6 +338,9 @@ func (s *soak) checkResponsive() {
 		return err
 	}); err != nil {
 		s.fail("MOUNT", fmt.Sprintf("%s after start: %v", s.d.Namespace(), err))
+	}
+	if s.prof.filesOnly {
+		return
 	}
 	var cl *nbdClient
 	var err error

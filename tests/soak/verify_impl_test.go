@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // verify checks, after a start, every file of the namespace and every
@@ -87,10 +88,18 @@ func (s *soak) readFile(p string) []byte {
 	if errors.Is(err, syscall.EIO) {
 		// Documented: the read that finds a file's block gone from every
 		// tier gets EIO and the file is removed (later lookups ENOENT).
+		// The name goes on the daemon's notifier goroutine (kernel
+		// notifications must not run inside a request), so allow it a
+		// moment.
 		var st syscall.Stat_t
-		if e := s.timed("stat "+p, opTimeout, func() error { return syscall.Stat(p, &st) }); errors.Is(e, syscall.ENOENT) {
-			s.st.FilesEIOGone++
-			return nil
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if e := s.timed("stat "+p, opTimeout, func() error { return syscall.Stat(p, &st) }); errors.Is(e, syscall.ENOENT) {
+				s.st.FilesEIOGone++
+				return nil
+			}
+			if time.Now().After(deadline) {
+				break
+			}
 		}
 	}
 	switch {
