@@ -52,7 +52,7 @@ type descs struct {
 	dirty, dirtyLimit, writerWaits, promotions                *prometheus.Desc
 	evictions, demotions, dropped, admRefused, crc, lost, obj *prometheus.Desc
 	build                                                     *prometheus.Desc
-	tierDegraded, tierRecovering                              *prometheus.Desc
+	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -65,32 +65,34 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 // reports version in ctxmem_build_info.
 func NewCollector(snap SnapshotFunc, version string) *Collector {
 	return &Collector{snap: snap, version: version, descs: descs{
-		tierUsed:     newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
-		tierCap:      newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
-		tierBlocks:   newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
-		tierHigh:     newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
-		tierLow:      newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
-		reqs:         newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
-		reqHits:      newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
-		blockReads:   newDesc("block_reads_total", "Block reads."),
-		blockMisses:  newDesc("block_misses_total", "Block reads that found the block in no tier."),
-		blockHits:    newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
-		byteReads:    newDesc("read_bytes_total", "Bytes requested by reads."),
-		byteHits:     newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
-		hitRatio:     newDesc("hit_ratio", "Hit ratio since start by kind: request, block or byte.", "kind"),
-		dirty:        newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
-		dirtyLimit:   newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
-		writerWaits:  newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
-		promotions:   newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
-		evictions:    newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
-		demotions:    newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
-		dropped:      newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
-		admRefused:   newDesc("admissions_refused_total", "Blocks refused by admission control."),
-		crc:          newDesc("crc_errors_total", "CRC32C mismatches found on reads from G3, G3.5 or G4."),
-		lost:         newDesc("objects_lost_total", "Objects removed because a block was gone from every tier."),
-		obj:          newDesc("objects", "Live objects."),
-		build:        newDesc("build_info", "Build information; value 1.", "version"),
-		tierDegraded: newDesc("tier_degraded", "1 while the tier's backend does not answer (or its first listing is pending), else 0.", "tier"),
+		tierUsed:      newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
+		tierCap:       newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
+		tierBlocks:    newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
+		tierHigh:      newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
+		tierLow:       newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
+		reqs:          newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
+		reqHits:       newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
+		blockReads:    newDesc("block_reads_total", "Block reads."),
+		blockMisses:   newDesc("block_misses_total", "Block reads that found the block in no tier."),
+		blockHits:     newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
+		byteReads:     newDesc("read_bytes_total", "Bytes requested by reads."),
+		byteHits:      newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
+		hitRatio:      newDesc("hit_ratio", "Hit ratio since start by kind: request, block or byte.", "kind"),
+		dirty:         newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
+		dirtyLimit:    newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
+		writerWaits:   newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
+		promotions:    newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
+		evictions:     newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
+		demotions:     newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
+		dropped:       newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
+		admRefused:    newDesc("admissions_refused_total", "Blocks refused by admission control."),
+		crc:           newDesc("crc_errors_total", "CRC32C mismatches found on reads from G3, G3.5 or G4."),
+		lost:          newDesc("objects_lost_total", "Objects removed because a block was gone from every tier."),
+		obj:           newDesc("objects", "Live objects."),
+		build:         newDesc("build_info", "Build information; value 1.", "version"),
+		tierFull:      newDesc("tier_full", "1 while the tier answers \"no space\" to write-back (skipped a second at a time), else 0.", "tier"),
+		storeDegraded: newDesc("store_degraded", "1 when the store cannot keep its promises (its data directory was deleted under it), else 0."),
+		tierDegraded:  newDesc("tier_degraded", "1 while the tier's backend does not answer (or its first listing is pending), else 0.", "tier"),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -102,7 +104,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.tierUsed, d.tierCap, d.tierBlocks, d.tierHigh, d.tierLow,
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
-		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering} {
+		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded} {
 		ch <- x
 	}
 }
@@ -134,6 +136,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(d.tierDegraded, b2f(t.Degraded), t.Name)
 		gauge(d.tierRecovering, b2f(t.Recovering), t.Name)
+		gauge(d.tierFull, b2f(t.Full), t.Name)
 	}
 	st := s.Stats
 	counter(d.reqs, st.ReadRequests)
@@ -157,6 +160,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.crc, st.CRCErrors)
 	counter(d.lost, st.ObjectsLost)
 	gauge(d.obj, float64(st.Objects))
+	gauge(d.storeDegraded, b2f(st.Degraded != ""))
 	gauge(d.build, 1, c.version)
 }
 
