@@ -22,7 +22,7 @@ func snapshot(objects int64) Snapshot {
 	return Snapshot{
 		Tiers: []tiering.TierUsage{
 			{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12, HighWatermark: 0.9, LowWatermark: 0.75},
-			{Name: "G3", UsedBytes: 5 << 20, CapacityBytes: 10 << 30, Blocks: 20},
+			{Name: "G3", UsedBytes: 5 << 20, CapacityBytes: 10 << 30, Blocks: 20, Full: true},
 			{Name: "G4", UsedBytes: 7, CapacityBytes: 0, Blocks: 1},
 		},
 		Stats: tiering.Stats{
@@ -32,6 +32,7 @@ func snapshot(objects int64) Snapshot {
 			DirtyBytes: 1 << 20, DirtyLimitBytes: 256 << 20, WriterWaits: 2,
 			Evictions: map[string]int64{"G2": 3, "G3": 1}, Demotions: map[string]int64{"G3": 4}, Promotions: 6,
 			AdmissionsDenied: 9, Dropped: map[string]int64{"admission": 9}, CRCErrors: 1, ObjectsLost: 2, Objects: objects,
+			Degraded: "data directory deleted",
 		},
 	}
 }
@@ -133,6 +134,9 @@ func TestScrape(t *testing.T) {
 		{"ctxmem_dropped_blocks_total", []string{"reason=admission"}, 9},
 		{"ctxmem_crc_errors_total", nil, 1},
 		{"ctxmem_objects_lost_total", nil, 2},
+		{"ctxmem_tier_full", []string{"tier=G3"}, 1},
+		{"ctxmem_tier_full", []string{"tier=G2"}, 0},
+		{"ctxmem_store_degraded", nil, 1},
 		{"ctxmem_objects", nil, 4},
 		{"ctxmem_writer_waits_total", nil, 2},
 		{"ctxmem_build_info", []string{"version=v9"}, 1},
