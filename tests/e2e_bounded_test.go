@@ -178,16 +178,18 @@ func TestE2EStuckWriterKillable(t *testing.T) {
 			srv.Resume()
 		}
 	}()
-	dd := func(name string) *exec.Cmd {
+	// dd starts a writer; its exit arrives on the returned channel (one
+	// Wait per process).
+	dd := func(name string) (*exec.Cmd, <-chan error) {
 		c := exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(ns, name), "bs=1M", "count=64", "status=none")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		return c
-	}
-	waitExit := func(c *exec.Cmd, limit time.Duration) (error, bool) {
 		done := make(chan error, 1)
 		go func() { done <- c.Wait() }()
+		return c, done
+	}
+	waitExit := func(done <-chan error, limit time.Duration) (error, bool) {
 		select {
 		case err := <-done:
 			return err, true
@@ -195,21 +197,21 @@ func TestE2EStuckWriterKillable(t *testing.T) {
 			return nil, false
 		}
 	}
-	w1 := dd("killed")
-	if err, exited := waitExit(w1, 2*time.Second); exited {
+	w1, w1done := dd("killed")
+	if err, exited := waitExit(w1done, 2*time.Second); exited {
 		t.Fatalf("dd of 64 MiB with S3 hung and an 8 MiB dirty bound finished: %v", err)
 	}
 	start := time.Now()
 	if err := w1.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if _, exited := waitExit(w1, 5*time.Second); !exited {
+	if _, exited := waitExit(w1done, 5*time.Second); !exited {
 		t.Fatal("a writer waiting on the hung tier did not die within 5 s of SIGKILL (D state)")
 	}
 	t.Logf("killed writer exited %v after SIGKILL", time.Since(start))
 	start = time.Now()
-	w2 := dd("left")
-	err, exited := waitExit(w2, 90*time.Second)
+	w2, w2done := dd("left")
+	err, exited := waitExit(w2done, 90*time.Second)
 	if !exited {
 		w2.Process.Kill()
 		t.Fatal("a writer waiting on the hung tier had no answer within 90 s")
