@@ -1,30 +1,35 @@
-package msg
+// Package msgpackguard checks the shape of MessagePack bytes from another
+// process before they reach the decoder (github.com/vmihailenco/msgpack/v5),
+// which pre-allocates declared lengths: the control messages of the
+// sidecars (sidecar/msg) and the values of the pool's key-value buckets
+// (fabric/poolkv).
+package msgpackguard
 
 import (
 	"encoding/binary"
 	"errors"
 )
 
-// errShape is returned by checkShape for input that is not one complete,
+// ErrShape is returned by Check for input that is not one complete,
 // plausible MessagePack value.
-var errShape = errors.New("not one well-formed MessagePack value")
+var ErrShape = errors.New("not one well-formed MessagePack value")
 
-// maxDepth bounds container nesting in a control message.
+// maxDepth bounds container nesting.
 const maxDepth = 32
 
-// checkShape walks data as MessagePack (spec: formats section) without
+// Check walks data as MessagePack (spec: formats section) without
 // decoding it and refuses it unless it is exactly one value whose every
 // array and map declares no more elements than bytes remain to hold them
 // (each element takes at least one byte). The decoder pre-allocates
 // declared lengths up to a million elements, so without this check a few
 // malformed bytes could make it allocate tens of MiB.
-func checkShape(data []byte) error {
+func Check(data []byte) error {
 	pos := 0
 	pending := 1 // values still to read
 	var stack []int
 	for pending > 0 {
 		if pos >= len(data) {
-			return errShape
+			return ErrShape
 		}
 		b := data[pos]
 		pos++
@@ -103,18 +108,18 @@ func checkShape(data []byte) error {
 			n *= 2
 			container = true
 		default: // 0xc1 is never used
-			return errShape
+			return ErrShape
 		}
 		if !ok || pos+skip > len(data) {
-			return errShape
+			return ErrShape
 		}
 		pos += skip
 		if container {
 			if n > len(data)-pos {
-				return errShape
+				return ErrShape
 			}
 			if len(stack) >= maxDepth {
-				return errShape
+				return ErrShape
 			}
 			stack = append(stack, pending)
 			pending = n
@@ -125,7 +130,7 @@ func checkShape(data []byte) error {
 		}
 	}
 	if pos != len(data) {
-		return errShape
+		return ErrShape
 	}
 	return nil
 }
