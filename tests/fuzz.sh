@@ -29,6 +29,7 @@ TARGETS=(
   ./tiering/g3:FuzzRecordHeader
   ./tiering/g3:FuzzSegmentHeader
   ./tiering/g4:FuzzBlockHeader
+  ./tiering/g4:FuzzLocalFile
   ./fabric/pool:FuzzSuperblock
   ./fabric/pool:FuzzRecordHeader
   ./fabric/pool:FuzzExtentHeader

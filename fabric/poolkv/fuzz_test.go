@@ -30,12 +30,18 @@ func FuzzLease(f *testing.F) {
 		fuzzkit.C("noepoch", noEpoch, "h", int64(-1), uint64(0)),
 		fuzzkit.C("noholder", []byte{0x81, 0xa1, 'v', 0x01}, "", int64(0), uint64(0)),
 		fuzzkit.C("hugearray", arrayOf16M, "x", int64(1), uint64(1)),
+		fuzzkit.C("newer-hugefield", append([]byte{0x82, 0xa1, 'v', 0x02, 0xa1, 'z'}, arrayOf16M...), "x", int64(1), uint64(1)),
 		fuzzkit.C("garbage", []byte("\xc1\xff"), "x", int64(1), uint64(1)),
 	)
 	f.Fuzz(func(t *testing.T, raw []byte, holder string, expires int64, epoch uint64) {
 		var got leaseValue
 		var err error
 		fuzzkit.AllocAtMost(t, 64<<10+64*uint64(len(raw)), "decodeLease", func() { got, err = decodeLease(raw) })
+		var newer bool
+		fuzzkit.AllocAtMost(t, 64<<10+64*uint64(len(raw)), "newerLease", func() { newer = newerLease(raw) })
+		if newer && err == nil {
+			t.Fatalf("lease %+v both ours and of a newer version", got)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -76,6 +77,67 @@ func FuzzBlockHeader(f *testing.F) {
 		enc[bit/8] ^= 1 << (bit % 8)
 		if _, err := decodeHeader(enc, want); err == nil {
 			t.Fatalf("header with bit %d flipped decodes", bit)
+		}
+	})
+}
+
+// FuzzLocalFile checks the preamble and metadata parser of Local's object
+// files (localfile.go) on raw file bytes and on files encodeLocalMeta
+// writes:
+//   - it never panics, and never reads or allocates more metadata than
+//     maxLocalMeta, whatever length the preamble declares; errors wrap
+//     errBadLocalFile;
+//   - accepted metadata survives encode → decode unchanged;
+//   - decode(encode(meta)) == meta for every metadata ValidateMeta
+//     accepts, and the data starts right after it.
+func FuzzLocalFile(f *testing.F) {
+	meta := map[string]string{"expires": "1700000000", "ctxmem-key": "ns/1/2@3"}
+	file := append(encodeLocalMeta(meta), "data"...)
+	huge := []byte("G4L1\xff\xff\xff\xff")
+	fuzzkit.Seed(f,
+		fuzzkit.C("valid", file, "expires", "1700000000", "ctxmem-key", "ns/1/2@3"),
+		fuzzkit.C("nometa", append(encodeLocalMeta(nil), 1, 2, 3), "a", "", "b", "c"),
+		fuzzkit.C("hugelen", huge, "k", "v", "k", "w"),
+		fuzzkit.C("truncated", file[:12], "", "x", "y", "z"),
+		fuzzkit.C("badline", []byte("G4L1\x04\x00\x00\x00abc\n"), "a-b", "1 2", "c", "\x7f"),
+		fuzzkit.C("foreign", []byte("PK\x03\x04\x00\x00\x00\x00"), "x", "y", "z", "w"),
+	)
+	f.Fuzz(func(t *testing.T, raw []byte, k1, v1, k2, v2 string) {
+		r := bytes.NewReader(raw)
+		m, err := readLocalPreamble(r)
+		if err == nil && (m < 0 || m > maxLocalMeta) {
+			t.Fatalf("metadata length %d accepted", m)
+		}
+		if err == nil {
+			var got map[string]string
+			fuzzkit.AllocAtMost(t, 64<<10+8*uint64(m), "readLocalMeta", func() { got, err = readLocalMeta(r, m) })
+			if err == nil {
+				back, err := readLocalMeta(bytes.NewReader(encodeLocalMeta(got)), int64(len(encodeLocalMeta(got))-localPreLen))
+				if err != nil || !reflect.DeepEqual(back, got) && !(len(back) == 0 && len(got) == 0) {
+					t.Fatalf("accepted metadata %q does not survive encode/decode: %q, %v", got, back, err)
+				}
+			}
+		}
+		if err != nil && !errors.Is(err, errBadLocalFile) {
+			t.Fatalf("error %v does not wrap errBadLocalFile", err)
+		}
+
+		want := map[string]string{k1: v1, k2: v2}
+		if ValidateMeta(want) != nil {
+			return
+		}
+		enc := append(encodeLocalMeta(want), raw...)
+		rd := bytes.NewReader(enc)
+		m, err = readLocalPreamble(rd)
+		if err != nil {
+			t.Fatalf("preamble of valid metadata %q: %v", want, err)
+		}
+		got, err := readLocalMeta(rd, m)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decode(encode(%q)) = %q, %v", want, got, err)
+		}
+		if !bytes.Equal(enc[localPreLen+m:], raw) {
+			t.Fatal("the object's bytes do not start right after the metadata")
 		}
 	})
 }
