@@ -181,7 +181,15 @@ func checkHaggling(t *testing.T, in, out []byte, sess *session, herr error) {
 		}
 		return
 	}
-	noZeroes := be.Uint32(in)&clientNoZeroes != 0
+	flags := be.Uint32(in)
+	if flags&^(clientFixedNewstyle|clientNoZeroes) != 0 {
+		// Unknown client flags: the spec says close, answering nothing.
+		if len(out) != 0 || sess != nil || herr == nil {
+			t.Fatalf("client flags %#x: replies %x, session %+v, error %v", flags, out, sess, herr)
+		}
+		return
+	}
+	noZeroes := flags&clientNoZeroes != 0
 	in = in[4:]
 	var structured, ended bool
 	for !ended {
