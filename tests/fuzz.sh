@@ -42,18 +42,35 @@ TARGETS=(
   ./fabric/poolkv:FuzzEntry
 )
 
-fail=0
+fail=0 flaky=0
 start=$(date +%s)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 for t in "${TARGETS[@]}"; do
   if [ -n "$FILTER" ] && ! [[ $t =~ $FILTER ]]; then
     continue
   fi
   pkg=${t%%:*} name=${t##*:}
   echo "== $pkg $name ($FUZZTIME, $PARALLEL worker(s))"
-  if ! $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$MINIMIZE" -parallel "$PARALLEL" "$pkg"; then
-    echo "FAIL: $pkg $name (a failing input is in $pkg/testdata/fuzz/$name/)"
+  rc=0
+  $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$MINIMIZE" \
+    -parallel "$PARALLEL" "$pkg" 2>&1 | tee "$out" || rc=$?
+  if [ $rc -eq 0 ]; then
+    continue
+  fi
+  if grep -q 'Failing input written to' "$out"; then
+    echo "FAIL: $pkg $name (the failing input is in $pkg/testdata/fuzz/$name/)"
+    fail=1
+  elif grep -q 'context deadline exceeded' "$out"; then
+    # Go before 1.27 can report the end of -fuzztime as a failure, with no
+    # failing input (go.dev/issue/75804); most often when the baseline run
+    # over the cached corpus outlasts a short fuzz time.
+    echo "WARN: $pkg $name: spurious 'context deadline exceeded' with no failing input (go.dev/issue/75804), not counted"
+    flaky=$((flaky + 1))
+  else
+    echo "FAIL: $pkg $name (exit $rc)"
     fail=1
   fi
 done
-echo "fuzz: done in $(( $(date +%s) - start ))s"
+echo "fuzz: done in $(( $(date +%s) - start ))s ($flaky spurious deadline report(s))"
 exit $fail
