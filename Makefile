@@ -4,6 +4,8 @@
 #   make test    vet, format check, unit + conformance + end-to-end tests (-race)
 #   make bench   benchmarks (Go benchmarks, fio through the mount vs tmpfs,
 #                trace replay); long, not part of make test
+#   make fuzz    every fuzz target for FUZZTIME each (default 5m; see
+#                tests/fuzz.sh); long, not part of make test
 #   make man     the manual page, build/ctxmemd.1.gz (from `ctxmemd man`)
 #   make soak    crash soak: kill -9 / restart / verify cycles through the
 #                mount and the NBD export (SOAK_CYCLES, SOAK_DURATION);
@@ -15,6 +17,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/ctxmemd
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_TIMEOUT ?= 40m
+FUZZTIME ?= 5m
 
 # Debian packages the daemon and the tests need.
 RUN_PKGS  := fuse3 attr
@@ -28,7 +31,7 @@ NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 NATSSRV   := github.com/nats-io/nats-server/v2@v2.15.2
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test bench soak deps-run deps-test vet fmt-check clean deb rpm pkg-bin man
+.PHONY: all build run test bench soak fuzz deps-run deps-test vet fmt-check clean deb rpm pkg-bin man
 
 all: build
 
@@ -66,6 +69,11 @@ test: deps-test fmt-check vet
 	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 CTXMEM_E2E=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	# The trace simulator is single-threaded and skipped under -race: run it plain.
 	$(GO) test -count=1 -run 'TestMooncake' ./heat/sim/
+	# Every fuzz target briefly (the seeds already ran above as unit tests).
+	GO=$(GO) bash tests/fuzz.sh 3s
+
+fuzz:
+	GO=$(GO) bash tests/fuzz.sh $(FUZZTIME)
 
 bench: deps-test build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...

@@ -114,7 +114,9 @@ func decodePayload(p []byte) ([]walOp, uint64, error) {
 	seq := le.Uint64(p)
 	cnt := int(le.Uint16(p[8:]))
 	p = p[10:]
-	ops := make([]walOp, 0, cnt)
+	// Every op takes at least 19 bytes: the declared count is trusted only
+	// as far as the payload can hold it.
+	ops := make([]walOp, 0, min(cnt, len(p)/19))
 	for i := 0; i < cnt; i++ {
 		if len(p) < 19 {
 			return nil, 0, errFrame
@@ -134,6 +136,11 @@ func decodePayload(p []byte) ([]walOp, uint64, error) {
 		o.val = append([]byte(nil), p[:vl]...)
 		p = p[vl:]
 		ops = append(ops, o)
+	}
+	if len(p) != 0 {
+		// The encoder writes nothing after the ops: bytes there mean the
+		// frame is not one of ours.
+		return nil, 0, errFrame
 	}
 	return ops, seq, nil
 }

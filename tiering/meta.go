@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // Object records persist in a bbolt file (DataDir/meta.db), bucket
@@ -150,8 +152,8 @@ func (m *metaDB) load(fn func(ObjectID, *objectRecord)) (ObjectID, error) {
 			if id > maxID {
 				maxID = id
 			}
-			var rec objectRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
+			rec, err := decodeObjectRecord(v)
+			if err != nil {
 				// A record we cannot parse cannot be trusted: treat as lost.
 				rec = objectRecord{State: "corrupt"}
 			}
@@ -160,6 +162,35 @@ func (m *metaDB) load(fn func(ObjectID, *objectRecord)) (ObjectID, error) {
 		})
 	})
 	return maxID, err
+}
+
+// decodeObjectRecord parses an objects-bucket value and checks what
+// recovery relies on: a known state, a block size Create accepts, a
+// non-negative size and written runs as toRuns makes them (first ≤ last,
+// ascending, disjoint). Only a damaged or foreign value fails: put never
+// writes one.
+func decodeObjectRecord(v []byte) (objectRecord, error) {
+	var rec objectRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return objectRecord{}, fmt.Errorf("object record: %w", err)
+	}
+	bs := rec.BlockSize
+	switch {
+	case rec.State != stateClean && rec.State != stateDirty:
+		return objectRecord{}, fmt.Errorf("object record: unknown state %q", rec.State)
+	case bs < tier.MinBlockSize || bs > tier.MaxBlockSize || bs&(bs-1) != 0:
+		return objectRecord{}, fmt.Errorf("object record: block size %d", bs)
+	case rec.Size < 0:
+		return objectRecord{}, fmt.Errorf("object record: size %d", rec.Size)
+	}
+	next := int64(0) // least index the next run may start at
+	for _, r := range rec.Written {
+		if int64(r[0]) < next || r[0] > r[1] {
+			return objectRecord{}, fmt.Errorf("object record: written runs %v not ascending", rec.Written)
+		}
+		next = int64(r[1]) + 1
+	}
+	return rec, nil
 }
 
 func (m *metaDB) close() error { return m.db.Close() }

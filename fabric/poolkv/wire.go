@@ -7,6 +7,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/ctxmem/ctxmemd/fabric/pool"
+	"github.com/ctxmem/ctxmemd/internal/msgpackguard"
 )
 
 // Version is the schema version of the lease and index values written by
@@ -32,6 +33,9 @@ func encodeLease(v leaseValue) ([]byte, error) {
 
 func decodeLease(b []byte) (leaseValue, error) {
 	var v leaseValue
+	if err := msgpackguard.Check(b); err != nil {
+		return leaseValue{}, fmt.Errorf("%w: lease: %v", ErrMalformed, err)
+	}
 	if err := msgpack.Unmarshal(b, &v); err != nil {
 		return leaseValue{}, fmt.Errorf("%w: lease: %v", ErrMalformed, err)
 	}
@@ -80,6 +84,11 @@ func encodeEntry(e FileEntry) ([]byte, error) {
 // decodeEntry decodes an index value and checks that it belongs under key.
 func decodeEntry(key string, b []byte) (FileEntry, error) {
 	var w wireEntry
+	// Another host wrote b: the decoder would pre-allocate any array
+	// length it declares (a million locations from a few bytes).
+	if err := msgpackguard.Check(b); err != nil {
+		return FileEntry{}, fmt.Errorf("%w: index entry: %v", ErrMalformed, err)
+	}
 	if err := msgpack.Unmarshal(b, &w); err != nil {
 		return FileEntry{}, fmt.Errorf("%w: index entry: %v", ErrMalformed, err)
 	}

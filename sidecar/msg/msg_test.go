@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/ctxmem/ctxmemd/internal/fuzzkit"
 )
 
 // fill sets every field of the struct v points to (recursively: nested
@@ -227,31 +229,112 @@ func mustMarshal(t *testing.T, v any) []byte {
 	return b
 }
 
-// FuzzDecode: Decode of any input returns nil or an ErrMalformed error,
-// never panics; what decodes re-encodes to something that decodes equal.
+// fuzzTypes are the message types FuzzDecode decodes into, by its kind
+// argument.
+var fuzzTypes = []func() versioned{
+	func() versioned { return new(Report) }, func() versioned { return new(Events) },
+	func() versioned { return new(Command) }, func() versioned { return new(Ack) },
+	func() versioned { return new(HostState) }, func() versioned { return new(Leader) },
+	func() versioned { return new(PrestageRequest) }, func() versioned { return new(PrestageReply) },
+}
+
+// FuzzDecode: Decode of any input into any message type never panics,
+// allocates in proportion to the input (declared lengths are not taken on
+// trust) and returns nil or an ErrMalformed error; what decodes has the
+// current version and re-encodes to bytes that decode to the same message.
 func FuzzDecode(f *testing.F) {
-	for _, m := range []any{filled[Report](), filled[Command](), filled[Ack]()} {
-		b, _ := Encode(m)
-		f.Add(b)
+	var cases []fuzzkit.Case
+	for i, m := range []any{filled[Report](), filled[Events](), filled[Command](), filled[Ack](),
+		filled[HostState](), filled[Leader](), filled[PrestageRequest](), filled[PrestageReply]()} {
+		b, err := Encode(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		cases = append(cases, fuzzkit.C(fmt.Sprintf("%T", m)[5:], b, byte(i)))
 	}
-	f.Add([]byte("garbage"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var c Command
-		if err := Decode(data, &c); err != nil {
+	v2, _ := Encode(&Ack{V: 2})
+	cases = append(cases,
+		fuzzkit.C("garbage", []byte("garbage"), byte(2)),
+		fuzzkit.C("version2", v2, byte(3)),
+		fuzzkit.C("hugearray", []byte{0x81, 0xa1, 'o', 0xdd, 0x00, 0xff, 0xff, 0xff}, byte(0)),
+		fuzzkit.C("deep", bytes.Repeat([]byte{0x91}, 100), byte(1)),
+	)
+	fuzzkit.Seed(f, cases...)
+	f.Fuzz(func(t *testing.T, data []byte, kind byte) {
+		newMsg := fuzzTypes[int(kind)%len(fuzzTypes)]
+		m := newMsg()
+		var err error
+		fuzzkit.AllocAtMost(t, 64<<10+64*uint64(len(data)), "Decode", func() { err = Decode(data, m) })
+		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
 			return
 		}
-		again, err := Encode(&c)
+		if m.version() != Version {
+			t.Fatalf("accepted version %d", m.version())
+		}
+		again, err := Encode(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c2 Command
-		if err := Decode(again, &c2); err != nil || !reflect.DeepEqual(c, c2) {
-			t.Fatalf("re-decode: %v\n%+v\n%+v", err, c, c2)
+		m2 := newMsg()
+		if err := Decode(again, m2); err != nil {
+			t.Fatalf("re-decode of %T: %v", m, err)
+		}
+		if !sameValue(reflect.ValueOf(m), reflect.ValueOf(m2)) {
+			t.Fatalf("%T does not survive encode/decode:\n%+v\n%+v", m, m, m2)
 		}
 	})
+}
+
+// sameValue is reflect.DeepEqual for decoded messages, except that a NaN
+// equals itself.
+func sameValue(a, b reflect.Value) bool {
+	if a.Kind() != b.Kind() {
+		return false
+	}
+	switch a.Kind() {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() == b.IsNil()
+		}
+		return sameValue(a.Elem(), b.Elem())
+	case reflect.Struct:
+		for i := 0; i < a.NumField(); i++ {
+			if !sameValue(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Slice:
+		if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
+			return false
+		}
+		for i := 0; i < a.Len(); i++ {
+			if !sameValue(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Map:
+		if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
+			return false
+		}
+		for _, k := range a.MapKeys() {
+			if v := b.MapIndex(k); !v.IsValid() || !sameValue(a.MapIndex(k), v) {
+				return false
+			}
+		}
+		return true
+	case reflect.Float32, reflect.Float64:
+		x, y := a.Float(), b.Float()
+		return x == y || x != x && y != y
+	}
+	if !a.CanInterface() {
+		return true // unexported fields: none carry data
+	}
+	return a.Interface() == b.Interface()
 }
 
 // kvKeyRE is JetStream's key-value key syntax (nats.go jetstream's
