@@ -3,6 +3,7 @@ package tiering
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // signal is a broadcast condition usable with contexts: waiters take the
@@ -37,6 +38,25 @@ func (s *signal) waitFor(ctx context.Context, cond func() bool) error {
 		}
 		select {
 		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitPoll is waitFor that also re-checks cond every interval, for
+// conditions that can become true without a broadcast.
+func (s *signal) waitPoll(ctx context.Context, every time.Duration, cond func() bool) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ch := s.c()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
