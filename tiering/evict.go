@@ -254,6 +254,14 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 			return id, export
 		}
 	}
+	if o.isBusy(k.Index) && !b.dirty {
+		// Another put or a GC delete of this key is in flight (a put now
+		// could land before that delete and be erased by it): keep the
+		// bytes in G2 instead; write-back stores them once the key is
+		// free.
+		defer o.mu.Unlock()
+		return id, s.copyForwardLocked(o, b, k, data)
+	}
 	// The G4 write runs without the object lock, so a slow object store
 	// does not stall the object's readers and writers; the block keeps
 	// reading from G3 meanwhile (the segment is not reused before this hook
@@ -316,41 +324,53 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if b.dirty {
 		return id, true // write-back stores the newer bytes
 	}
+	if export || !errors.Is(err, tier.ErrNoSpace) {
+		// Keep the bytes: write-back retries them (G4 did not answer; a
+		// full G4 would only fail again, so a cached file not in G2 is
+		// dropped instead, as G3 reclaim drops it without G4).
+		if b.g2.Load() != nil || export {
+			return id, s.copyForwardLocked(o, b, k, data)
+		}
+	}
+	s.dropCount(dropNoSpace)
+	return id, false
+}
+
+// copyForwardLocked keeps block b's bytes (data, read from the segment G3
+// is about to reuse, or its G2 copy) as a dirty G2 block, so write-back
+// stores them again. It reports false when no G2 buffer could be had (the
+// block is then dropped). o.mu held for writing; b.inG3 is already false.
+func (s *Store) copyForwardLocked(o *object, b *blockState, k tier.Key, data []byte) bool {
+	r := bref{o.id, k.Index}
+	b.inG3 = false
 	g := b.g2.Load()
-	if g == nil && export {
-		// Copy forward: the bytes read from G3 go to G2 and are written
-		// back like new ones.
-		ng, aerr := s.allocG2(max(n, 1), o.pinned)
-		if aerr != nil {
-			s.log.Error("export block lost: no G2 buffer to copy it forward", "key", k.String(), "err", aerr)
+	if g == nil {
+		ng, err := s.allocG2(max(len(data), 1), o.pinned)
+		if err != nil {
+			s.log.Error("block lost: no G2 buffer to copy it forward", "key", k.String(), "err", err)
 			s.dropCount(dropNoSpace)
-			return id, false
+			return false
 		}
 		copy(ng.buf, data)
-		ng.n = n
+		ng.n = len(data)
 		b.g2.Store(ng)
 		g = ng
 	}
-	if g != nil && (export || !errors.Is(err, tier.ErrNoSpace)) {
-		// Keep the bytes we still have: write-back retries them (G4 did
-		// not answer; a full G4 would only fail again, so a cached file
-		// is dropped instead, as G3 reclaim drops it without G4).
+	if !b.dirty {
 		b.dirty = true
 		o.dirty++
 		b.dirtyN = int64(len(g.buf))
 		s.g2dirty.Add(b.dirtyN)
 		s.g2mu.Lock()
-		s.place.remove(bref{id, k.Index})
+		s.place.remove(r)
 		s.g2mu.Unlock()
-		if !b.queued {
-			b.queued = true
-			s.enqueueWB(bref{id, k.Index})
-		}
-		if !o.metaDirty {
-			_ = s.markMetaDirty(o)
-		}
-		return id, true
 	}
-	s.dropCount(dropNoSpace)
-	return id, false
+	if !b.queued {
+		b.queued = true
+		s.enqueueWB(r)
+	}
+	if !o.metaDirty {
+		_ = s.markMetaDirty(o)
+	}
+	return true
 }

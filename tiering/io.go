@@ -623,6 +623,14 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 			snap[idx] = b.version
 		}
 	}
+	// Copies of blocks a TRIM or WRITE_ZEROES dropped must be deleted
+	// before the FLUSH is answered: recovery of an export adopts every
+	// copy of its keys it finds.
+	for idx := range o.stale {
+		if _, ok := snap[idx]; !ok {
+			snap[idx] = 0
+		}
+	}
 	o.mu.Unlock()
 	if len(snap) > 0 {
 		s.wbReady.broadcast()
@@ -641,6 +649,9 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 			// recovery of an export prefers G3's copy.
 			if b := o.blocks[idx]; (b == nil || !b.dirty || b.cleanVer >= v) && o.stale[idx] == 0 {
 				delete(snap, idx)
+			}
+			if v == 0 && o.stale[idx] == 0 {
+				delete(snap, idx) // a dropped block's copies are gone
 			}
 		}
 		ch := o.flushed
