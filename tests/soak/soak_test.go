@@ -130,6 +130,8 @@ type soak struct {
 	maxMount          time.Duration
 	// live counters, updated by workers
 	liveReads, filesWritten, fsyncs, nbdWrites, nbdFlushes, bytesWritten, enospc, lostLive atomic.Int64
+	// workload extensions
+	nbdTrims, nbdZeroes, truncRuns, truncRounds, punchRefused, punchDone, unlinks, recreates, heldReads, directWrites atomic.Int64
 }
 
 func envInt(name string, def int) int {
@@ -424,14 +426,20 @@ func (s *soak) report() string {
 kills/stops by point         %v
 bytes verified after restart %s (acknowledged: %s)
 files checked                %d: acked version exact %d, newer unacked version %d, lost-allowed %d (of them acknowledged, no-G4 profile: %d), prefix/empty-allowed %d, temp files %d, EIO then gone %d
-export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d
-live verified reads          %d
-written                      %d files (%d fsync'd), %d NBD writes, %d NBD flushes, %s; ENOSPC answers %d; files lost while running (no G4) %d
+  of them at a truncate/rewrite state %d, unlinked and absent %d
+export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d; zeros of a TRIM/WRITE_ZEROES %d
+live verified reads          %d (held descriptors of unlinked files %d)
+written                      %d files (%d fsync'd, %d O_DIRECT), %d NBD writes, %d NBD flushes, %d NBD TRIMs, %d NBD WRITE_ZEROES, %s; ENOSPC answers %d; files lost while running (no G4) %d
+truncate/rewrite             %d runs closed, %d rounds; fallocate(PUNCH_HOLE) refused %d, done %d
+unlink                       %d unlinks while held open, %d recreated
 slowest mount+NBD answer     %s
 WRONG BYTES                  %d`,
 		st.Cycles, st.Kills, mib(st.BytesVerified), mib(st.AckedBytes), st.FilesChecked, st.FilesAcked, st.FilesNewer,
-		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.FilesEIOGone, st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK,
-		s.liveReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(), s.lostLive.Load(),
+		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.FilesEIOGone, st.FilesTruncState, st.FilesUnlinkedGone,
+		st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK, st.SectorsZeroed,
+		s.liveReads.Load(), s.heldReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.directWrites.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(),
+		s.nbdTrims.Load(), s.nbdZeroes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(), s.lostLive.Load(),
+		s.truncRuns.Load(), s.truncRounds.Load(), s.punchRefused.Load(), s.punchDone.Load(), s.unlinks.Load(), s.recreates.Load(),
 		s.maxMount.Round(time.Millisecond), st.WrongBytes)
 }
 
