@@ -10,9 +10,15 @@
 //     since); a file not acknowledged may be gone, or hold a complete
 //     version (or a clean prefix of one) that was written to it — never a
 //     mix, zeros or garbage;
+//   - a file of a truncate/rewrite run (pwrite at 256 KiB, ftruncate 4096,
+//     pwrite again, on one descriptor) is exactly one state the run went
+//     through from its last fsync on — never a mix of two, never zeros
+//     where that state has written data;
+//   - a file whose unlink returned is absent until it is written again;
 //   - an export sector holds the version of the last write acknowledged
 //     before an acknowledged FLUSH (or a FUA write), or a later version
-//     written to it — never an older one, never a torn sector.
+//     written to it — never an older one, never a torn sector; TRIM and
+//     WRITE_ZEROES are versions that read as zeros.
 //
 // It runs only with CTXMEM_SOAK=1 (root, /dev/fuse). Knobs (environment):
 // CTXMEM_SOAK_CYCLES (default 1000), CTXMEM_SOAK_DURATION (a Go duration;
