@@ -696,12 +696,16 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 		case r < 20:
 			op, noHole = "write-zeroes", rng.IntN(2) == 0
 		}
+		if op != "write" && s.noDiscard && !noHole {
+			op = "write" // CTXMEM_SOAK_DISCARD=0: no request that discards blocks
+		}
+		fua := rng.IntN(100) < 15
 		if op != "write" {
 			if rng.IntN(3) == 0 {
 				k = 1 + rng.IntN(128)
 				sec = lo + rng.IntN(hi-lo-k)
 			}
-			m.markZero(v)
+			m.markZero(v, fmt.Sprintf("%s [%d,%d) fua=%v no_hole=%v", op, sec, sec+k, fua, noHole))
 			clear(buf[:k*pageSize])
 		}
 		for i := 0; i < k; i++ {
@@ -710,7 +714,6 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 			}
 			m.sent[sec+i] = append(m.sent[sec+i], v)
 		}
-		fua := rng.IntN(100) < 15
 		w.mark(wi, fmt.Sprintf("nbd %s sectors [%d,%d) fua=%v no_hole=%v", op, sec, sec+k, fua, noHole))
 		var err error
 		switch op {

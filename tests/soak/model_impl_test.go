@@ -135,27 +135,33 @@ type exportModel struct {
 	durable   []uint64   // newest version covered by an acknowledged FLUSH or FUA write (0: zeros, never written)
 	lastAcked []uint64   // newest version whose WRITE (TRIM, WRITE_ZEROES) was acknowledged
 	sent      [][]uint64 // versions sent since the last verification (ascending)
+	seen      []uint64   // what the last verification found (for reports: the state before sent)
 	zmu       sync.Mutex
-	zero      map[uint64]bool // versions that are TRIM or WRITE_ZEROES (content: zeros)
+	zero      map[uint64]string // versions that are TRIM or WRITE_ZEROES (content: zeros): which request
 }
 
 func newExportModel(sectors int) *exportModel {
 	return &exportModel{durable: make([]uint64, sectors), lastAcked: make([]uint64, sectors), sent: make([][]uint64, sectors),
-		zero: map[uint64]bool{}}
+		seen: make([]uint64, sectors), zero: map[uint64]string{}}
 }
 
-// markZero records that version v writes zeros (NBD writers run
-// concurrently, so this one is locked).
-func (m *exportModel) markZero(v uint64) {
+// markZero records that version v writes zeros, and with which request
+// (NBD writers run concurrently, so this one is locked).
+func (m *exportModel) markZero(v uint64, req string) {
 	m.zmu.Lock()
-	m.zero[v] = true
+	m.zero[v] = req
 	m.zmu.Unlock()
 }
 
 func (m *exportModel) isZero(v uint64) bool {
+	return v == 0 || m.zeroReq(v) != ""
+}
+
+// zeroReq is the request that wrote zeros as version v ("" if none).
+func (m *exportModel) zeroReq(v uint64) string {
 	m.zmu.Lock()
 	defer m.zmu.Unlock()
-	return v == 0 || m.zero[v]
+	return m.zero[v]
 }
 
 // holds: version x of a sector reads as what was found (zeros, or data
@@ -192,7 +198,7 @@ func (m *exportModel) check(s int, zero bool, v uint64) (match uint64, ok, lostA
 // durable (volatile), as one more version the sector may hold.
 func (m *exportModel) settle(observed []uint64, volatile bool) {
 	for s, v := range observed {
-		m.durable[s], m.lastAcked[s], m.sent[s] = v, v, nil
+		m.durable[s], m.lastAcked[s], m.sent[s], m.seen[s] = v, v, nil, v
 		if volatile {
 			m.durable[s] = 0
 			if v != 0 {

@@ -91,7 +91,7 @@ func TestExportModelZeroes(t *testing.T) {
 	m := newExportModel(1)
 	m.sent[0] = []uint64{3, 4, 6}
 	m.durable[0], m.lastAcked[0] = 3, 3 // data 3 flushed
-	m.markZero(4)                       // TRIM 4, acknowledged, not flushed
+	m.markZero(4, "trim")               // TRIM 4, acknowledged, not flushed
 	m.lastAcked[0] = 4
 	if x, ok, lost := m.check(0, true, 0); !ok || x != 4 || lost {
 		t.Fatalf("zeros of an unflushed TRIM: match=%d ok=%v lost=%v", x, ok, lost)

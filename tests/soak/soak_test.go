@@ -28,6 +28,7 @@
 // (where a failure's data dir, log and report are kept; default
 // /var/tmp/ctxmem-soak), CTXMEM_SOAK_SNAPSHOT=1 (also keep the data dir as
 // it was before the failing start), CTXMEM_SOAK_NBD=0 (files only),
+// CTXMEM_SOAK_DISCARD=0 (no NBD TRIM, no WRITE_ZEROES without NO_HOLE),
 // CTXMEM_E2E_BIN (a prebuilt binary).
 package soak
 
@@ -125,6 +126,9 @@ type soak struct {
 	// export is served but not written or verified (filesOnly: not
 	// served). envNoNBD is the environment's choice.
 	noNBD, envNoNBD bool
+	// noDiscard (CTXMEM_SOAK_DISCARD=0): NBD writers send no TRIM and no
+	// WRITE_ZEROES without NO_HOLE (the requests that discard blocks).
+	noDiscard bool
 	// cycleFirstVersion[c-1] is the first version number cycle c used;
 	// cycleLog says how each cycle of the current epoch ended.
 	cycleFirstVersion []uint64
@@ -187,6 +191,7 @@ func TestSoak(t *testing.T) {
 	s.snapshot = os.Getenv("CTXMEM_SOAK_SNAPSHOT") == "1"
 	s.noNBD = os.Getenv("CTXMEM_SOAK_NBD") == "0"
 	s.envNoNBD = s.noNBD
+	s.noDiscard = os.Getenv("CTXMEM_SOAK_DISCARD") == "0"
 	s.bin = os.Getenv("CTXMEM_E2E_BIN")
 	if s.bin == "" {
 		dir := t.TempDir()
@@ -198,7 +203,7 @@ func TestSoak(t *testing.T) {
 		}
 		s.bin = bin
 	}
-	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, NBD %v, binary %s", seed, cycles, epochLen, profNames, !s.noNBD, s.bin)
+	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, NBD %v (discards %v), binary %s", seed, cycles, epochLen, profNames, !s.noNBD, !s.noDiscard, s.bin)
 	start := time.Now()
 	for s.cycle = 1; s.cycle <= cycles; s.cycle++ {
 		if !deadline.IsZero() && time.Now().After(deadline) {

@@ -391,16 +391,16 @@ func (s *soak) describeSector(sec int) string {
 	sent := make([]string, len(m.sent[sec]))
 	for i, v := range m.sent[sec] {
 		sent[i] = fmt.Sprint(v)
-		if m.isZero(v) {
-			sent[i] += "(zeros)"
+		if r := m.zeroReq(v); r != "" {
+			sent[i] += "(zeros: " + r + ")"
 		}
 	}
 	dur := s.versionName(m.durable[sec])
-	if m.durable[sec] != 0 && m.isZero(m.durable[sec]) {
-		dur += " (a TRIM/WRITE_ZEROES: zeros)"
+	if r := m.zeroReq(m.durable[sec]); r != "" {
+		dur += " (zeros: " + r + ")"
 	}
-	return fmt.Sprintf("durable %s, last acknowledged %d, sent since the last verification [%s]",
-		dur, m.lastAcked[sec], strings.Join(sent, " "))
+	return fmt.Sprintf("durable %s, last acknowledged %d, sent since the last verification [%s], found by the last verification: %s",
+		dur, m.lastAcked[sec], strings.Join(sent, " "), s.versionName(m.seen[sec]))
 }
 
 // matchState finds what got is among the acknowledged content of file id
