@@ -126,3 +126,75 @@ func TestDiscardDurable(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateDurable is the file-side counterpart of TestDiscardDurable
+// (issue 11 item 1's pattern, deterministic): write a 260 KiB file, fsync,
+// let write-back settle, ftruncate(4096) (which drops blocks 1..3 of 64
+// KiB), pwrite 4 KiB at 256 KiB, fsync, kill -9, restart: pages 1..63
+// must read zeros (the holes the truncate made), page 64 the new page.
+func TestTruncateDurable(t *testing.T) {
+	if os.Getenv("CTXMEM_SOAK") != "1" {
+		t.Skip("set CTXMEM_SOAK=1 (root, /dev/fuse)")
+	}
+	bin := os.Getenv("CTXMEM_E2E_BIN")
+	if bin == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		b, err := harness.BuildBinary(ctx, t.TempDir())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = b
+	}
+	opts := profiles["tiny"].opts
+	opts.LogLevel = "info"
+	opts.Extra = append(append([]string(nil), opts.Extra...), "--nats", "none")
+	d := harness.Start(t, bin, opts)
+	const id, seed, files = 5, 0x7c, 16
+	first := fileVer{v: 1, size: 65 * pageSize}
+	want := fileVer{v: 2, pages: make([]uint64, 65), size: 65 * pageSize}
+	want.pages[0], want.pages[64] = 1, 2
+	var fds []*os.File
+	for i := 0; i < files; i++ {
+		fd, err := os.OpenFile(filepath.Join(d.Namespace(), fmt.Sprintf("t%d", i)), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fd.Close()
+		if _, err := fd.Write(first.image(id, seed)); err != nil {
+			t.Fatal(err)
+		}
+		if err := fd.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	time.Sleep(time.Second)
+	page := make([]byte, pageSize)
+	fillPage(page, magicFile, id, 2, 64, seed)
+	for _, fd := range fds {
+		if err := fd.Truncate(pageSize); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fd.WriteAt(page, 64*pageSize); err != nil {
+			t.Fatal(err)
+		}
+		if err := fd.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Kill9()
+	for _, fd := range fds {
+		fd.Close()
+	}
+	d.StartAgain()
+	for i := 0; i < files; i++ {
+		got, err := os.ReadFile(filepath.Join(d.Namespace(), fmt.Sprintf("t%d", i)))
+		if err != nil {
+			t.Fatalf("file t%d after restart: %v", i, err)
+		}
+		if w, _, why := matchState(id, seed, got, &want, nil); w == nil {
+			t.Errorf("file t%d after fsync'd truncate+pwrite, kill -9, restart: %s; want %s", i, why, want)
+		}
+	}
+}
