@@ -77,7 +77,8 @@ bench: deps-test build
 # SOAK_DURATION (a Go duration, e.g. 30m) if that comes first. SOAK_SEED
 # replays a run's random choices; SOAK_PROFILES picks tier configurations
 # (tiny,small,g4,roomy; also g3only, dram); a failure keeps its evidence in
-# SOAK_KEEP (SOAK_SNAPSHOT=1: also the data dir before the failing start).
+# SOAK_KEEP (SOAK_SNAPSHOT=1: also the data dir before the failing start);
+# SOAK_NBD=0: files only; SOAK_DISCARD=0: no NBD TRIM / hole-making WRITE_ZEROES.
 SOAK_CYCLES   ?= 1000
 SOAK_DURATION ?=
 SOAK_SEED     ?=
