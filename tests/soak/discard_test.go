@@ -35,96 +35,102 @@ func TestDiscardDurable(t *testing.T) {
 		}
 		bin = b
 	}
-	const blk = 64 << 10 // the tiny profile's block size
 	trim := func(cl *nbdClient, off int64, n uint32) error { return cl.Trim(off, n, false) }
-	for _, tc := range []struct {
-		name string
-		op   func(cl *nbdClient, off int64, n uint32) error
-		idle time.Duration // between the FLUSH and the kill
-	}{
-		{"trim", trim, 0},
-		{"trim-fua", func(cl *nbdClient, off int64, n uint32) error { return cl.Trim(off, n, true) }, 0},
-		{"write-zeroes", func(cl *nbdClient, off int64, n uint32) error { return cl.WriteZeroes(off, n, false, false) }, 0},
-		{"write-zeroes-nohole", func(cl *nbdClient, off int64, n uint32) error { return cl.WriteZeroes(off, n, false, true) }, 0},
-		{"trim-idle-2s", trim, 2 * time.Second},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir, err := os.MkdirTemp("", "soak-discard-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
-			sock := filepath.Join(dir, "nbd.sock")
-			opts := profiles["tiny"].opts
-			opts.LogLevel = "info"
-			opts.Extra = append(append([]string(nil), opts.Extra...), "--nats", "none",
-				"--nbd", "unix://"+sock, "--nbd-size", strconv.Itoa(exportBytes))
-			d := harness.Start(t, bin, opts)
-			dial := func() *nbdClient {
-				for i := 0; ; i++ {
-					cl, err := dialNBD(sock, "default", opTimeout)
-					if err == nil {
-						return cl
-					}
-					if i == 100 {
-						t.Fatal(err)
-					}
-					time.Sleep(50 * time.Millisecond)
+	for _, prof := range []string{"tiny", "g4", "small"} {
+		for _, tc := range []struct {
+			name string
+			op   func(cl *nbdClient, off int64, n uint32) error
+			idle time.Duration // between the FLUSH and the kill
+		}{
+			{"trim", trim, 0},
+			{"trim-fua", func(cl *nbdClient, off int64, n uint32) error { return cl.Trim(off, n, true) }, 0},
+			{"write-zeroes", func(cl *nbdClient, off int64, n uint32) error { return cl.WriteZeroes(off, n, false, false) }, 0},
+			{"write-zeroes-nohole", func(cl *nbdClient, off int64, n uint32) error { return cl.WriteZeroes(off, n, false, true) }, 0},
+			{"trim-idle-2s", trim, 2 * time.Second},
+		} {
+			discardCase(t, bin, prof, tc.name, tc.op, tc.idle)
+		}
+	}
+}
+
+func discardCase(t *testing.T, bin, prof, name string, op func(cl *nbdClient, off int64, n uint32) error, idle time.Duration) {
+	const blk = 64 << 10 // write unit; the discarded 2 MiB covers whole blocks of every profile
+	t.Run(prof+"/"+name, func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "soak-discard-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		sock := filepath.Join(dir, "nbd.sock")
+		opts := profiles[prof].opts
+		opts.LogLevel = "info"
+		opts.Extra = append(append([]string(nil), opts.Extra...), "--nats", "none",
+			"--nbd", "unix://"+sock, "--nbd-size", strconv.Itoa(exportBytes))
+		d := harness.Start(t, bin, opts)
+		dial := func() *nbdClient {
+			for i := 0; ; i++ {
+				cl, err := dialNBD(sock, "default", opTimeout)
+				if err == nil {
+					return cl
 				}
-			}
-			const nblk = 32
-			seed := uint64(0xd15c)
-			buf := make([]byte, blk)
-			cl := dial()
-			for b := 0; b < nblk; b++ {
-				for i := 0; i < blk/pageSize; i++ {
-					sec := b*blk/pageSize + i
-					fillPage(buf[i*pageSize:(i+1)*pageSize], magicNBD, 0, 1, uint64(sec), seed)
-				}
-				if err := cl.WriteAt(buf, int64(b*blk), false); err != nil {
+				if i == 100 {
 					t.Fatal(err)
 				}
+				time.Sleep(50 * time.Millisecond)
 			}
-			if err := cl.Flush(); err != nil {
+		}
+		const nblk = 32
+		seed := uint64(0xd15c)
+		buf := make([]byte, blk)
+		cl := dial()
+		for b := 0; b < nblk; b++ {
+			for i := 0; i < blk/pageSize; i++ {
+				sec := b*blk/pageSize + i
+				fillPage(buf[i*pageSize:(i+1)*pageSize], magicNBD, 0, 1, uint64(sec), seed)
+			}
+			if err := cl.WriteAt(buf, int64(b*blk), false); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second) // idle clean, G3 records settled
-			if err := tc.op(cl, 0, nblk*blk); err != nil {
-				t.Fatal(err)
+		}
+		if err := cl.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // idle clean, G3 records settled
+		if err := op(cl, 0, nblk*blk); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		zero := make([]byte, nblk*blk)
+		got := make([]byte, nblk*blk)
+		if err := cl.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, zero) {
+			t.Fatal("not zeros right after the discard (daemon running)")
+		}
+		cl.Close()
+		time.Sleep(idle)
+		d.Kill9()
+		d.StartAgain()
+		cl = dial()
+		defer cl.Close()
+		if err := cl.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		var stale []string
+		scratch := make([]byte, pageSize)
+		for b := 0; b < nblk; b++ {
+			if !bytes.Equal(got[b*blk:(b+1)*blk], zero[:blk]) {
+				stale = append(stale, fmt.Sprintf("block %d: first sector %s", b, decodePage(got[b*blk:b*blk+pageSize], scratch)))
 			}
-			if err := cl.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			zero := make([]byte, nblk*blk)
-			got := make([]byte, nblk*blk)
-			if err := cl.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, zero) {
-				t.Fatal("not zeros right after the discard (daemon running)")
-			}
-			cl.Close()
-			time.Sleep(tc.idle)
-			d.Kill9()
-			d.StartAgain()
-			cl = dial()
-			defer cl.Close()
-			if err := cl.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			var stale []string
-			scratch := make([]byte, pageSize)
-			for b := 0; b < nblk; b++ {
-				if !bytes.Equal(got[b*blk:(b+1)*blk], zero[:blk]) {
-					stale = append(stale, fmt.Sprintf("block %d: first sector %s", b, decodePage(got[b*blk:b*blk+pageSize], scratch)))
-				}
-			}
-			if len(stale) > 0 {
-				t.Errorf("%s + FLUSH acknowledged, kill -9, restart: %d of %d blocks read pre-discard data, want zeros:\n  %v",
-					tc.name, len(stale), nblk, stale)
-			}
-		})
-	}
+		}
+		if len(stale) > 0 {
+			t.Errorf("%s %s + FLUSH acknowledged, kill -9, restart: %d of %d 64 KiB ranges read pre-discard data, want zeros:\n  %v",
+				prof, name, len(stale), nblk, stale)
+		}
+	})
 }
 
 // TestTruncateDurable is the file-side counterpart of TestDiscardDurable
