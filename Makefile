@@ -85,7 +85,8 @@ bench: deps-test build
 # SOAK_DURATION (a Go duration, e.g. 30m) if that comes first. SOAK_SEED
 # replays a run's random choices; SOAK_PROFILES picks tier configurations
 # (tiny,small,g4,roomy; also g3only, dram); a failure keeps its evidence in
-# SOAK_KEEP (SOAK_SNAPSHOT=1: also the data dir before the failing start).
+# SOAK_KEEP (SOAK_SNAPSHOT=1: also the data dir before the failing start);
+# SOAK_NBD=0: files only; SOAK_DISCARD=0: no NBD TRIM / hole-making WRITE_ZEROES.
 SOAK_CYCLES   ?= 1000
 SOAK_DURATION ?=
 SOAK_SEED     ?=
@@ -93,12 +94,13 @@ SOAK_PROFILES ?=
 SOAK_KEEP     ?= /var/tmp/ctxmem-soak
 SOAK_SNAPSHOT ?=
 SOAK_NBD      ?=
+SOAK_DISCARD  ?=
 
 soak: deps-run build
 	$(SUDO) env PATH="$$PATH" CTXMEM_SOAK=1 CTXMEM_E2E_BIN=$(CURDIR)/$(BIN) CTXMEM_SOAK_CYCLES=$(SOAK_CYCLES) \
 	  CTXMEM_SOAK_DURATION=$(SOAK_DURATION) CTXMEM_SOAK_SEED=$(SOAK_SEED) \
 	  CTXMEM_SOAK_PROFILES=$(SOAK_PROFILES) CTXMEM_SOAK_KEEP=$(SOAK_KEEP) CTXMEM_SOAK_SNAPSHOT=$(SOAK_SNAPSHOT) \
-	  CTXMEM_SOAK_NBD=$(SOAK_NBD) \
+	  CTXMEM_SOAK_NBD=$(SOAK_NBD) CTXMEM_SOAK_DISCARD=$(SOAK_DISCARD) \
 	  $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./tests/soak/
 
 # Package version: a release tag (v1.2.3[-N-gHASH]) loses its v; before the

@@ -3,6 +3,7 @@ package soak
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Kill points, picked per cycle.
@@ -263,18 +265,16 @@ func (w *workload) fileWriter(wi int, rng *rand.Rand, fsyncPct int) {
 		if !f.mu.TryLock() {
 			continue
 		}
-		v := fileVer{v: s.version.Add(1), size: pageSize * (1 + rng.IntN(s.prof.maxFile/pageSize))}
-		sync := rng.IntN(100) < fsyncPct
-		viaRename := rng.IntN(4) == 0
-		// Pending from before the first byte changes: from here on a kill
-		// may leave this version (or a prefix), the acked one, or nothing.
-		f.pending = append(f.pending, v)
-		f.live, f.closed = nil, false
-		err := w.writeFile(wi, rng, f, v, sync, viaRename)
-		if err == nil {
-			f.live, f.closed = &v, true
-			s.filesWritten.Add(1)
-			s.bytesWritten.Add(int64(v.size))
+		var err error
+		switch r := rng.IntN(100); {
+		case r < 10:
+			// ftruncate + pwrite rounds on one descriptor (issue 11 item 1)
+			err = w.truncRewrite(wi, rng, f, rng.IntN(3) == 0)
+		case r < 18 && f.live != nil:
+			// unlink while a descriptor holds the file, maybe recreate
+			err = w.unlinkRecreate(wi, rng, f, fsyncPct)
+		default:
+			err = w.newVersion(wi, rng, f, fsyncPct)
 		}
 		f.mu.Unlock()
 		if err != nil && s.prof.mayFill && errors.Is(err, syscall.ENOSPC) && !s.killed.Load() {
@@ -291,21 +291,60 @@ func (w *workload) fileWriter(wi int, rng *rand.Rand, fsyncPct int) {
 			continue
 		}
 		if err != nil {
-			s.workerFail("I/O ERROR", fmt.Sprintf("file writer %d, file %d version %d: %v", wi, f.id, v.v, err), true)
+			s.workerFail("I/O ERROR", fmt.Sprintf("file writer %d, file %d: %v", wi, f.id, err), true)
 			return
 		}
 	}
 }
 
-func (w *workload) writeFile(wi int, rng *rand.Rand, f *fileState, v fileVer, doSync, viaRename bool) error {
+// newVersion writes a new whole version of f (f.mu held): in place or
+// through a temp file and rename, a quarter of them with O_DIRECT.
+func (w *workload) newVersion(wi int, rng *rand.Rand, f *fileState, fsyncPct int) error {
+	s := w.s
+	v := fileVer{v: s.version.Add(1), size: pageSize * (1 + rng.IntN(s.prof.maxFile/pageSize))}
+	sync := rng.IntN(100) < fsyncPct
+	viaRename := rng.IntN(4) == 0
+	direct := rng.IntN(4) == 0
+	// Pending from before the first byte changes: from here on a kill
+	// may leave this version (or a prefix), the acked one, or nothing.
+	f.pending = append(f.pending, v)
+	f.live, f.closed, f.unlinked = nil, false, false
+	err := w.writeFile(wi, rng, f, v, sync, viaRename, direct)
+	if err == nil {
+		f.live, f.closed = &v, true
+		s.filesWritten.Add(1)
+		s.bytesWritten.Add(int64(v.size))
+		if direct {
+			s.directWrites.Add(1)
+		}
+	}
+	return err
+}
+
+// alignedBuf returns n bytes starting on a page boundary (O_DIRECT).
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+pageSize)
+	o := int(uintptr(unsafe.Pointer(&b[0])) & (pageSize - 1))
+	if o != 0 {
+		o = pageSize - o
+	}
+	return b[o : o+n : o+n]
+}
+
+func (w *workload) writeFile(wi int, rng *rand.Rand, f *fileState, v fileVer, doSync, viaRename, direct bool) error {
 	s := w.s
 	img := fileImage(f.id, v.v, v.size, s.seed)
+	flags := os.O_CREATE | os.O_TRUNC | os.O_WRONLY
+	if direct { // page-aligned buffer, offsets and lengths whole pages
+		img = append(alignedBuf(len(img))[:0], img...)
+		flags |= syscall.O_DIRECT
+	}
 	name := s.path(f)
 	if viaRename {
 		name = s.tmpPath(f, v.v)
 	}
-	w.mark(wi, "open "+name)
-	fd, err := os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	w.mark(wi, fmt.Sprintf("open %s (O_DIRECT %v)", name, direct))
+	fd, err := os.OpenFile(name, flags, 0o644)
 	if err != nil {
 		return err
 	}
@@ -351,6 +390,200 @@ func (w *workload) writeFile(wi int, rng *rand.Rand, f *fileState, v fileVer, do
 		if doSync && !s.prof.volatile { // the bytes were fsync'd and the rename is logged before it returns
 			f.acked, f.pending = &v, nil
 		}
+	}
+	return nil
+}
+
+// Linux fallocate(2) modes (not in package syscall).
+const (
+	fallocKeepSize  = 0x01
+	fallocPunchHole = 0x02
+)
+
+// truncRewrite (f.mu held) is issue 11 item 1's pattern on one descriptor
+// (a third of the runs O_DIRECT): open with O_TRUNC, write pages 0..64
+// (so pages 1..63 hold data until the first truncate), then rounds of
+// pwrite 4 KiB at 256 KiB, ftruncate(4096), pwrite 4 KiB at 256 KiB, with
+// an fsync every 25 rounds. Every syscall moves the file to a new state
+// (fileVer with a page map: pages 1..63 become holes at the first
+// truncate), recorded as pending before the call, so a kill may leave any
+// state from the last fsync'd one on — and nothing else. After the first
+// layout it also asks for fallocate(PUNCH_HOLE|KEEP_SIZE) of pages 1..2:
+// the mount documents EOPNOTSUPP (then the state is withdrawn, nothing
+// changed); if it is ever done, the punched state is what the model holds.
+func (w *workload) truncRewrite(wi int, rng *rand.Rand, f *fileState, direct bool) error {
+	s := w.s
+	const tailPage = 64 // offset 256 KiB
+	rounds := 25 + rng.IntN(126)
+	name := s.path(f)
+	buf := alignedBuf(pageSize)
+	flags := os.O_CREATE | os.O_TRUNC | os.O_WRONLY
+	if direct {
+		flags |= syscall.O_DIRECT
+	}
+	base := s.version.Add(1)
+	cur := fileVer{v: base, pages: []uint64{}}
+	var fd *os.File
+	defer func() {
+		if fd != nil {
+			fd.Close()
+		}
+	}()
+	// step records the state op leads to as pending, then runs op.
+	step := func(next fileVer, what string, op func() error) error {
+		next.size = len(next.pages) * pageSize
+		f.pending = append(f.pending, next)
+		w.mark(wi, what)
+		if err := op(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		cur = next
+		return nil
+	}
+	with := func(idx int, ver uint64) fileVer { // cur with page idx of version ver (0: a hole)
+		pg := make([]uint64, max(len(cur.pages), idx+1))
+		copy(pg, cur.pages)
+		pg[idx] = ver
+		return fileVer{v: ver, pages: pg}
+	}
+	pwrite := func(ver uint64, idx int) func() error {
+		return func() error {
+			fillPage(buf, magicFile, f.id, ver, uint64(idx), s.seed)
+			_, err := fd.WriteAt(buf, int64(idx)*pageSize)
+			return err
+		}
+	}
+	f.live, f.closed, f.unlinked = nil, false, false
+	if err := step(cur, fmt.Sprintf("open O_TRUNC (O_DIRECT %v) %s", direct, name), func() error {
+		var err error
+		fd, err = os.OpenFile(name, flags, 0o644)
+		return err
+	}); err != nil {
+		return err
+	}
+	for i := 0; i <= tailPage; i++ {
+		if err := step(with(i, base), fmt.Sprintf("pwrite %s page %d", name, i), pwrite(base, i)); err != nil {
+			return err
+		}
+	}
+	punched := with(1, 0)
+	punched.pages[2], punched.v, punched.size = 0, s.version.Add(1), cur.size
+	f.pending = append(f.pending, punched)
+	w.mark(wi, "fallocate(PUNCH_HOLE|KEEP_SIZE) "+name)
+	switch err := syscall.Fallocate(int(fd.Fd()), fallocPunchHole|fallocKeepSize, pageSize, 2*pageSize); {
+	case err == nil:
+		cur = punched
+		s.punchDone.Add(1)
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		f.pending = f.pending[:len(f.pending)-1] // refused: nothing changed
+		s.punchRefused.Add(1)
+	default:
+		return fmt.Errorf("fallocate(PUNCH_HOLE) %s: %w", name, err)
+	}
+	for r := 1; r <= rounds && !w.stopped(); r++ {
+		va := s.version.Add(1)
+		if err := step(with(tailPage, va), fmt.Sprintf("round %d: pwrite %s at 256 KiB", r, name), pwrite(va, tailPage)); err != nil {
+			return err
+		}
+		tr := fileVer{v: s.version.Add(1), pages: append([]uint64(nil), cur.pages[:1]...)}
+		if err := step(tr, fmt.Sprintf("round %d: ftruncate %s 4096", r, name), func() error { return fd.Truncate(pageSize) }); err != nil {
+			return err
+		}
+		vb := s.version.Add(1)
+		if err := step(with(tailPage, vb), fmt.Sprintf("round %d: pwrite %s at 256 KiB after the truncate", r, name), pwrite(vb, tailPage)); err != nil {
+			return err
+		}
+		s.truncRounds.Add(1)
+		s.bytesWritten.Add(2 * pageSize)
+		if r%25 == 0 {
+			select {
+			case w.fsyncing <- struct{}{}:
+			default:
+			}
+			w.mark(wi, fmt.Sprintf("round %d: fsync %s", r, name))
+			if err := fd.Sync(); err != nil {
+				return fmt.Errorf("fsync after round %d: %w", r, err)
+			}
+			s.fsyncs.Add(1)
+			if !s.prof.volatile {
+				c := cur
+				f.acked, f.pending = &c, nil
+			}
+		}
+		switch x := rng.IntN(1000); {
+		case x < 4: // idle long enough to be recorded clean between two syscalls
+			time.Sleep(600 * time.Millisecond)
+		case x < 40:
+			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+		}
+	}
+	w.mark(wi, "close "+name)
+	err := fd.Close()
+	fd = nil
+	if err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	c := cur
+	f.live, f.closed = &c, true
+	s.truncRuns.Add(1)
+	s.filesWritten.Add(1)
+	s.bytesWritten.Add(int64((tailPage + 1) * pageSize))
+	return nil
+}
+
+// unlinkRecreate (f.mu held, f.live set): open the file for reading and
+// hold the descriptor, unlink the name (from its return on, no restart may
+// show the file until it is written again), check the name is gone and the
+// held descriptor still reads the unlinked version exactly, then half of
+// the time recreate the name with a new version and check the held
+// descriptor again (still the old inode's bytes).
+func (w *workload) unlinkRecreate(wi int, rng *rand.Rand, f *fileState, fsyncPct int) error {
+	s := w.s
+	old := *f.live
+	name := s.path(f)
+	w.mark(wi, "open (held) "+name)
+	held, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer held.Close()
+	f.unlinking = true
+	w.mark(wi, "unlink "+name)
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("unlink: %w", err)
+	}
+	f.acked, f.pending, f.live, f.closed = nil, nil, nil, false
+	f.unlinking, f.unlinked = false, true
+	s.unlinks.Add(1)
+	w.mark(wi, "stat after unlink "+name)
+	if _, err := os.Stat(name); !errors.Is(err, fs.ErrNotExist) {
+		if err == nil || !s.killed.Load() {
+			s.workerFail("WRONG BYTES", fmt.Sprintf("%s: stat after unlink returned %v, want ENOENT", name, err), false)
+		}
+		return nil
+	}
+	check := func(when string) error {
+		w.mark(wi, "read held descriptor of "+name+" "+when)
+		got, err := io.ReadAll(io.NewSectionReader(held, 0, 1<<40))
+		if err != nil {
+			return fmt.Errorf("read of the held descriptor of unlinked %s %s: %w", name, when, err)
+		}
+		if msg := compareFile(f, old, got, s.seed); msg != "" && !s.killed.Load() {
+			s.workerFail("WRONG BYTES", "held descriptor of an unlinked file, "+when+": "+msg, false)
+		}
+		s.heldReads.Add(1)
+		s.liveReads.Add(1)
+		return nil
+	}
+	if err := check("after unlink"); err != nil {
+		return err
+	}
+	if rng.IntN(2) == 0 {
+		if err := w.newVersion(wi, rng, f, fsyncPct); err != nil {
+			return err
+		}
+		s.recreates.Add(1)
+		return check("after the name was recreated")
 	}
 	return nil
 }
@@ -401,9 +634,9 @@ func (w *workload) fileReader(wi int, rng *rand.Rand) {
 
 // compareFile checks got against version want of f in full; "" when equal.
 func compareFile(f *fileState, want fileVer, got []byte, seed uint64) string {
-	img := fileImage(f.id, want.v, want.size, seed)
+	img := want.image(f.id, seed)
 	if len(got) != len(img) {
-		return fmt.Sprintf("file %d: %d bytes, want %d (version %d)", f.id, len(got), len(img), want.v)
+		return fmt.Sprintf("file %d: %d bytes, want %d (%s)", f.id, len(got), len(img), want)
 	}
 	if i := firstDiff(got, img); i >= 0 {
 		return describeDiff(fmt.Sprintf("file %d", f.id), got, img, i, want.v)
@@ -447,26 +680,65 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 	defer p.r.Close()
 	s, m := w.s, w.s.exp
 	var unflushed []int
-	buf := make([]byte, 32*pageSize)
-	rb := make([]byte, 32*pageSize)
+	buf := make([]byte, 128*pageSize)
+	rb := make([]byte, 128*pageSize)
 	for n := 0; !w.stopped(); n++ {
 		k := 1 + rng.IntN(32)
 		sec := lo + rng.IntN(hi-lo-k)
 		v := s.version.Add(1)
-		for i := 0; i < k; i++ {
-			fillPage(buf[i*pageSize:(i+1)*pageSize], magicNBD, 0, v, uint64(sec+i), s.seed)
-			m.sent[sec+i] = append(m.sent[sec+i], v)
+		// 80 % WRITE, 10 % TRIM, 10 % WRITE_ZEROES (half with NO_HOLE).
+		// TRIM and WRITE_ZEROES can cover whole export blocks (freed) or
+		// parts of one (zeroed in place): up to 128 sectors.
+		op, noHole := "write", false
+		switch r := rng.IntN(100); {
+		case r < 10:
+			op = "trim"
+		case r < 20:
+			op, noHole = "write-zeroes", rng.IntN(2) == 0
+		}
+		if op != "write" && s.noDiscard && !noHole {
+			op = "write" // CTXMEM_SOAK_DISCARD=0: no request that discards blocks
 		}
 		fua := rng.IntN(100) < 15
-		w.mark(wi, fmt.Sprintf("nbd write sectors [%d,%d) fua=%v", sec, sec+k, fua))
-		if err := p.w.WriteAt(buf[:k*pageSize], int64(sec)*pageSize, fua); s.nospace(err) {
+		if op != "write" {
+			if rng.IntN(3) == 0 {
+				k = 1 + rng.IntN(128)
+				sec = lo + rng.IntN(hi-lo-k)
+			}
+			m.markZero(v, fmt.Sprintf("%s [%d,%d) fua=%v no_hole=%v", op, sec, sec+k, fua, noHole))
+			clear(buf[:k*pageSize])
+		}
+		for i := 0; i < k; i++ {
+			if op == "write" {
+				fillPage(buf[i*pageSize:(i+1)*pageSize], magicNBD, 0, v, uint64(sec+i), s.seed)
+			}
+			m.sent[sec+i] = append(m.sent[sec+i], v)
+		}
+		w.mark(wi, fmt.Sprintf("nbd %s sectors [%d,%d) fua=%v no_hole=%v", op, sec, sec+k, fua, noHole))
+		var err error
+		switch op {
+		case "write":
+			err = p.w.WriteAt(buf[:k*pageSize], int64(sec)*pageSize, fua)
+		case "trim":
+			err = p.w.Trim(int64(sec)*pageSize, uint32(k*pageSize), fua)
+		default:
+			err = p.w.WriteZeroes(int64(sec)*pageSize, uint32(k*pageSize), fua, noHole)
+		}
+		if s.nospace(err) {
 			continue // refused; the sectors may hold the old or the new version
 		} else if err != nil {
-			s.workerFail("I/O ERROR", fmt.Sprintf("nbd write sectors [%d,%d): %v", sec, sec+k, err), true)
+			s.workerFail("I/O ERROR", fmt.Sprintf("nbd %s sectors [%d,%d): %v", op, sec, sec+k, err), true)
 			return
 		}
-		s.nbdWrites.Add(1)
-		s.bytesWritten.Add(int64(k * pageSize))
+		switch op {
+		case "write":
+			s.nbdWrites.Add(1)
+			s.bytesWritten.Add(int64(k * pageSize))
+		case "trim":
+			s.nbdTrims.Add(1)
+		default:
+			s.nbdZeroes.Add(1)
+		}
 		for i := 0; i < k; i++ {
 			m.lastAcked[sec+i] = v
 			if fua && !s.prof.volatile {
@@ -481,7 +753,7 @@ func (w *workload) nbdWriter(wi int, rng *rand.Rand, p *nbdPair, lo, hi int) {
 			return
 		}
 		if i := firstDiff(rb[:k*pageSize], buf[:k*pageSize]); i >= 0 && !s.killed.Load() {
-			s.workerFail("WRONG BYTES", "NBD read-back of an acknowledged write, other connection: "+
+			s.workerFail("WRONG BYTES", "NBD read-back of an acknowledged "+op+" (zeros unless a write), other connection: "+
 				describeDiff(fmt.Sprintf("export offset %d", sec*pageSize), rb[:k*pageSize], buf[:k*pageSize], i, v), false)
 			return
 		}

@@ -2,13 +2,80 @@ package soak
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 )
 
-// fileVer is one version of a file's content: fileImage(id, v, size).
+// fileVer is one version of a file's content: fileImage(id, v, size), or,
+// when pages is not nil, one state of a truncate-and-rewrite run: page i
+// holds page i of version pages[i], or zeros where pages[i] is 0 (a hole
+// the truncate made), and size is len(pages) pages. v then names the
+// state (the version of the operation that produced it).
 type fileVer struct {
-	v    uint64
-	size int
+	v     uint64
+	size  int
+	pages []uint64
+}
+
+// page returns the version page i of fv holds (0: zeros).
+func (fv fileVer) page(i int) uint64 {
+	if fv.pages != nil {
+		return fv.pages[i]
+	}
+	return fv.v
+}
+
+// image is the full content of fv for file id.
+func (fv fileVer) image(id, seed uint64) []byte {
+	if fv.pages == nil {
+		return fileImage(id, fv.v, fv.size, seed)
+	}
+	b := make([]byte, fv.size)
+	for i, pv := range fv.pages {
+		if pv != 0 {
+			fillPage(b[i*pageSize:(i+1)*pageSize], magicFile, id, pv, uint64(i), seed)
+		}
+	}
+	return b
+}
+
+// String names fv: "version 7 (8192 bytes)", or the page map of a state.
+func (fv fileVer) String() string {
+	if fv.pages == nil {
+		return fmt.Sprintf("version %d (%d bytes)", fv.v, fv.size)
+	}
+	return fmt.Sprintf("state %d (%d bytes: %s)", fv.v, fv.size, pageMap(fv.pages))
+}
+
+// pageMap is a compact page list: runs of one version as "a-b:v", zeros as
+// "z", a page that is no version of the file (^0) as "bad".
+func pageMap(pages []uint64) string {
+	var b strings.Builder
+	for i := 0; i < len(pages); {
+		j := i
+		for j+1 < len(pages) && pages[j+1] == pages[i] {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		val := "z"
+		if pages[i] == ^uint64(0) {
+			val = "bad"
+		} else if pages[i] != 0 {
+			val = fmt.Sprint(pages[i])
+		}
+		if i == j {
+			fmt.Fprintf(&b, "%d:%s", i, val)
+		} else {
+			fmt.Fprintf(&b, "%d-%d:%s", i, j, val)
+		}
+		i = j + 1
+	}
+	if b.Len() == 0 {
+		return "empty"
+	}
+	return b.String()
 }
 
 // fileState is what the soak knows about one file of the namespace. mu
@@ -32,6 +99,15 @@ type fileState struct {
 	// closed: live was closed normally (for a graceful stop, where every
 	// closed file is written back).
 	closed bool
+	// unlinking: an unlink of the file was sent and has not returned (or
+	// the kill interrupted it): after a restart the file may also be
+	// absent, whatever was acknowledged. Once unlink returns, the file has
+	// no version at all (acked and pending nil) until it is recreated: it
+	// must be absent after any restart.
+	unlinking bool
+	// unlinked: unlink returned and nothing was written since (so a
+	// restart that shows the file is wrong; counted when it is absent).
+	unlinked bool
 }
 
 // allowed returns the versions the file may hold after a kill.
@@ -48,38 +124,73 @@ func (f *fileState) allowed() []fileVer {
 // serialize their requests, so for one sector the versions written form an
 // increasing sequence and "acknowledged before a FLUSH that was
 // acknowledged" is a prefix of it.
+//
+// TRIM and WRITE_ZEROES (with or without NO_HOLE) are versions too, taken
+// from the same counter, whose content is zeros: ctxmemd documents that a
+// discarded range reads as zeros (tiering.Store.Discard frees whole blocks
+// and zeroes partial ones in place; nbd/doc.go: "the range is discarded
+// and reads as a hole"), so the model treats TRIM exactly like
+// WRITE_ZEROES, not as the spec's "zeros or old data".
 type exportModel struct {
-	durable   []uint64   // newest version covered by an acknowledged FLUSH or FUA write (0: zeros)
-	lastAcked []uint64   // newest version whose WRITE was acknowledged
+	durable   []uint64   // newest version covered by an acknowledged FLUSH or FUA write (0: zeros, never written)
+	lastAcked []uint64   // newest version whose WRITE (TRIM, WRITE_ZEROES) was acknowledged
 	sent      [][]uint64 // versions sent since the last verification (ascending)
+	seen      []uint64   // what the last verification found (for reports: the state before sent)
+	zmu       sync.Mutex
+	zero      map[uint64]string // versions that are TRIM or WRITE_ZEROES (content: zeros): which request
 }
 
 func newExportModel(sectors int) *exportModel {
-	return &exportModel{durable: make([]uint64, sectors), lastAcked: make([]uint64, sectors), sent: make([][]uint64, sectors)}
+	return &exportModel{durable: make([]uint64, sectors), lastAcked: make([]uint64, sectors), sent: make([][]uint64, sectors),
+		seen: make([]uint64, sectors), zero: map[uint64]string{}}
 }
 
-// check says whether version v (0: zeros) is a legitimate content of
-// sector s after a kill, and whether it is older than an acknowledged
-// (but unflushed) write — a loss the contract allows.
-func (m *exportModel) check(s int, v uint64) (ok, lostAllowed bool) {
+// markZero records that version v writes zeros, and with which request
+// (NBD writers run concurrently, so this one is locked).
+func (m *exportModel) markZero(v uint64, req string) {
+	m.zmu.Lock()
+	m.zero[v] = req
+	m.zmu.Unlock()
+}
+
+func (m *exportModel) isZero(v uint64) bool {
+	return v == 0 || m.zeroReq(v) != ""
+}
+
+// zeroReq is the request that wrote zeros as version v ("" if none).
+func (m *exportModel) zeroReq(v uint64) string {
+	m.zmu.Lock()
+	defer m.zmu.Unlock()
+	return m.zero[v]
+}
+
+// holds: version x of a sector reads as what was found (zeros, or data
+// version v).
+func (m *exportModel) holds(x uint64, zero bool, v uint64) bool {
+	if zero {
+		return m.isZero(x)
+	}
+	return x == v && !m.isZero(x)
+}
+
+// check says whether what sector s holds after a kill (zeros, or data
+// version v) is legitimate, which version of the sector's history it is
+// (match; 0 for never written), and whether it is older than an
+// acknowledged (but unflushed) write — a loss the contract allows.
+func (m *exportModel) check(s int, zero bool, v uint64) (match uint64, ok, lostAllowed bool) {
 	d := m.durable[s]
-	if v == d {
-		return true, m.lastAcked[s] > d
+	if m.holds(d, zero, v) {
+		return d, true, m.lastAcked[s] > d
 	}
-	if v < d {
-		return false, false
+	if !zero && v < d {
+		return 0, false, false
 	}
-	for _, x := range m.sent[s] {
-		if x == v {
-			return true, m.lastAcked[s] > v
+	for _, x := range m.sent[s] { // ascending: the newest match wins
+		if x > d && m.holds(x, zero, v) {
+			match, ok = x, true
 		}
 	}
-	return false, false
-}
-
-func (m *exportModel) describe(s int) string {
-	return fmt.Sprintf("durable version %d, last acknowledged %d, sent since last verification %v",
-		m.durable[s], m.lastAcked[s], m.sent[s])
+	return match, ok, ok && m.lastAcked[s] > match
 }
 
 // settle records what a restart showed (observed[s]) as the new durable
@@ -87,7 +198,7 @@ func (m *exportModel) describe(s int) string {
 // durable (volatile), as one more version the sector may hold.
 func (m *exportModel) settle(observed []uint64, volatile bool) {
 	for s, v := range observed {
-		m.durable[s], m.lastAcked[s], m.sent[s] = v, v, nil
+		m.durable[s], m.lastAcked[s], m.sent[s], m.seen[s] = v, v, nil, v
 		if volatile {
 			m.durable[s] = 0
 			if v != 0 {
@@ -123,6 +234,9 @@ type stats struct {
 	SectorsDurable    int64 // at their durable version (written ones)
 	SectorsNewer      int64 // at a newer, not yet flushed version
 	SectorsLostOK     int64 // older than an acknowledged but unflushed write
+	SectorsZeroed     int64 // zeros from a TRIM or WRITE_ZEROES (durable or newer)
+	FilesTruncState   int64 // files found at a state of a truncate-and-rewrite run (counted in the above too)
+	FilesUnlinkedGone int64 // files unlinked (not recreated) and absent, as they must be
 	LiveReads         int64 // reads verified while the daemon ran (files + export read-backs)
 	FilesWritten      int64
 	FsyncsAcked       int64

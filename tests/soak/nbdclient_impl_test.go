@@ -33,12 +33,19 @@ const (
 	nbdFlagNoZeroes      = 1 << 1
 	nbdOptExportName     = 1
 
-	nbdCmdRead  = 0
-	nbdCmdWrite = 1
-	nbdCmdDisc  = 2
-	nbdCmdFlush = 3
+	nbdCmdRead        = 0
+	nbdCmdWrite       = 1
+	nbdCmdDisc        = 2
+	nbdCmdFlush       = 3
+	nbdCmdTrim        = 4
+	nbdCmdWriteZeroes = 6
 
-	nbdCmdFlagFUA = 1 << 0
+	nbdCmdFlagFUA    = 1 << 0
+	nbdCmdFlagNoHole = 1 << 1 // WRITE_ZEROES: the range must stay allocated
+
+	// transmission flags (export info)
+	nbdTFlagSendTrim        = 1 << 5
+	nbdTFlagSendWriteZeroes = 1 << 6
 )
 
 // errNBDReply is an error value the server returned in a reply.
@@ -147,6 +154,34 @@ func (cl *nbdClient) WriteAt(p []byte, off int64, fua bool) error {
 		f = nbdCmdFlagFUA
 	}
 	return cl.do("write", nbdCmdWrite, f, uint64(off), uint32(len(p)), p, nil)
+}
+
+// Trim sends NBD_CMD_TRIM for [off, off+length) (no payload).
+func (cl *nbdClient) Trim(off int64, length uint32, fua bool) error {
+	if cl.flags&nbdTFlagSendTrim == 0 {
+		return errors.New("nbd trim: the server does not advertise NBD_FLAG_SEND_TRIM")
+	}
+	var f uint16
+	if fua {
+		f = nbdCmdFlagFUA
+	}
+	return cl.do("trim", nbdCmdTrim, f, uint64(off), length, nil, nil)
+}
+
+// WriteZeroes sends NBD_CMD_WRITE_ZEROES for [off, off+length) (no
+// payload); noHole asks the server to keep the range allocated.
+func (cl *nbdClient) WriteZeroes(off int64, length uint32, fua, noHole bool) error {
+	if cl.flags&nbdTFlagSendWriteZeroes == 0 {
+		return errors.New("nbd write-zeroes: the server does not advertise NBD_FLAG_SEND_WRITE_ZEROES")
+	}
+	var f uint16
+	if fua {
+		f |= nbdCmdFlagFUA
+	}
+	if noHole {
+		f |= nbdCmdFlagNoHole
+	}
+	return cl.do("write-zeroes", nbdCmdWriteZeroes, f, uint64(off), length, nil, nil)
 }
 
 func (cl *nbdClient) Flush() error { return cl.do("flush", nbdCmdFlush, 0, 0, 0, nil, nil) }

@@ -10,9 +10,15 @@
 //     since); a file not acknowledged may be gone, or hold a complete
 //     version (or a clean prefix of one) that was written to it — never a
 //     mix, zeros or garbage;
+//   - a file of a truncate/rewrite run (pwrite at 256 KiB, ftruncate 4096,
+//     pwrite again, on one descriptor) is exactly one state the run went
+//     through from its last fsync on — never a mix of two, never zeros
+//     where that state has written data;
+//   - a file whose unlink returned is absent until it is written again;
 //   - an export sector holds the version of the last write acknowledged
 //     before an acknowledged FLUSH (or a FUA write), or a later version
-//     written to it — never an older one, never a torn sector.
+//     written to it — never an older one, never a torn sector; TRIM and
+//     WRITE_ZEROES are versions that read as zeros.
 //
 // It runs only with CTXMEM_SOAK=1 (root, /dev/fuse). Knobs (environment):
 // CTXMEM_SOAK_CYCLES (default 1000), CTXMEM_SOAK_DURATION (a Go duration;
@@ -22,6 +28,7 @@
 // (where a failure's data dir, log and report are kept; default
 // /var/tmp/ctxmem-soak), CTXMEM_SOAK_SNAPSHOT=1 (also keep the data dir as
 // it was before the failing start), CTXMEM_SOAK_NBD=0 (files only),
+// CTXMEM_SOAK_DISCARD=0 (no NBD TRIM, no WRITE_ZEROES without NO_HOLE),
 // CTXMEM_E2E_BIN (a prebuilt binary).
 package soak
 
@@ -119,6 +126,9 @@ type soak struct {
 	// export is served but not written or verified (filesOnly: not
 	// served). envNoNBD is the environment's choice.
 	noNBD, envNoNBD bool
+	// noDiscard (CTXMEM_SOAK_DISCARD=0): NBD writers send no TRIM and no
+	// WRITE_ZEROES without NO_HOLE (the requests that discard blocks).
+	noDiscard bool
 	// cycleFirstVersion[c-1] is the first version number cycle c used;
 	// cycleLog says how each cycle of the current epoch ended.
 	cycleFirstVersion []uint64
@@ -130,6 +140,8 @@ type soak struct {
 	maxMount          time.Duration
 	// live counters, updated by workers
 	liveReads, filesWritten, fsyncs, nbdWrites, nbdFlushes, bytesWritten, enospc, lostLive atomic.Int64
+	// workload extensions
+	nbdTrims, nbdZeroes, truncRuns, truncRounds, punchRefused, punchDone, unlinks, recreates, heldReads, directWrites atomic.Int64
 }
 
 func envInt(name string, def int) int {
@@ -179,6 +191,7 @@ func TestSoak(t *testing.T) {
 	s.snapshot = os.Getenv("CTXMEM_SOAK_SNAPSHOT") == "1"
 	s.noNBD = os.Getenv("CTXMEM_SOAK_NBD") == "0"
 	s.envNoNBD = s.noNBD
+	s.noDiscard = os.Getenv("CTXMEM_SOAK_DISCARD") == "0"
 	s.bin = os.Getenv("CTXMEM_E2E_BIN")
 	if s.bin == "" {
 		dir := t.TempDir()
@@ -190,7 +203,7 @@ func TestSoak(t *testing.T) {
 		}
 		s.bin = bin
 	}
-	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, NBD %v, binary %s", seed, cycles, epochLen, profNames, !s.noNBD, s.bin)
+	t.Logf("soak: seed %#x, %d cycles, %d cycles per data dir, profiles %v, NBD %v (discards %v), binary %s", seed, cycles, epochLen, profNames, !s.noNBD, !s.noDiscard, s.bin)
 	start := time.Now()
 	for s.cycle = 1; s.cycle <= cycles; s.cycle++ {
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -424,14 +437,20 @@ func (s *soak) report() string {
 kills/stops by point         %v
 bytes verified after restart %s (acknowledged: %s)
 files checked                %d: acked version exact %d, newer unacked version %d, lost-allowed %d (of them acknowledged, no-G4 profile: %d), prefix/empty-allowed %d, temp files %d, EIO then gone %d
-export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d
-live verified reads          %d
-written                      %d files (%d fsync'd), %d NBD writes, %d NBD flushes, %s; ENOSPC answers %d; files lost while running (no G4) %d
+  of them at a truncate/rewrite state %d, unlinked and absent %d
+export sectors checked       %d: at durable version %d, newer unflushed %d, older-than-unflushed-ack (allowed) %d; zeros of a TRIM/WRITE_ZEROES %d
+live verified reads          %d (held descriptors of unlinked files %d)
+written                      %d files (%d fsync'd, %d O_DIRECT), %d NBD writes, %d NBD flushes, %d NBD TRIMs, %d NBD WRITE_ZEROES, %s; ENOSPC answers %d; files lost while running (no G4) %d
+truncate/rewrite             %d runs closed, %d rounds; fallocate(PUNCH_HOLE) refused %d, done %d
+unlink                       %d unlinks while held open, %d recreated
 slowest mount+NBD answer     %s
 WRONG BYTES                  %d`,
 		st.Cycles, st.Kills, mib(st.BytesVerified), mib(st.AckedBytes), st.FilesChecked, st.FilesAcked, st.FilesNewer,
-		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.FilesEIOGone, st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK,
-		s.liveReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(), s.lostLive.Load(),
+		st.FilesLostAllow, st.FilesAckedCapLost, st.FilesTruncAllow, st.TmpChecked, st.FilesEIOGone, st.FilesTruncState, st.FilesUnlinkedGone,
+		st.SectorsChecked, st.SectorsDurable, st.SectorsNewer, st.SectorsLostOK, st.SectorsZeroed,
+		s.liveReads.Load(), s.heldReads.Load(), s.filesWritten.Load(), s.fsyncs.Load(), s.directWrites.Load(), s.nbdWrites.Load(), s.nbdFlushes.Load(),
+		s.nbdTrims.Load(), s.nbdZeroes.Load(), mib(s.bytesWritten.Load()), s.enospc.Load(), s.lostLive.Load(),
+		s.truncRuns.Load(), s.truncRounds.Load(), s.punchRefused.Load(), s.punchDone.Load(), s.unlinks.Load(), s.recreates.Load(),
 		s.maxMount.Round(time.Millisecond), st.WrongBytes)
 }
 

@@ -135,14 +135,21 @@ func (s *soak) verifyFile(f *fileState) {
 	p := s.path(f)
 	got := s.readFile(p)
 	s.st.FilesChecked++
+	unlinked, unlinking := f.unlinked, f.unlinking
 	settled := func(v *fileVer) {
 		f.acked, f.pending, f.live, f.closed = v, nil, v, true
+		f.unlinking, f.unlinked = false, false
 		if s.prof.volatile && v != nil { // nothing is durable: it may vanish at the next kill
 			f.acked, f.pending = nil, []fileVer{*v}
 		}
 	}
 	if got == nil {
-		if f.acked != nil && len(f.pending) == 0 && f.acked.size > 0 && s.prof.mayFill {
+		if unlinked && f.acked == nil && len(f.pending) == 0 {
+			s.st.FilesUnlinkedGone++
+		}
+		if unlinking {
+			// the kill interrupted an unlink: absent is one of its outcomes
+		} else if f.acked != nil && len(f.pending) == 0 && f.acked.size > 0 && s.prof.mayFill {
 			// No G4: G3 reclaim drops files whole, acknowledged or not
 			// (documented); only counted.
 			s.st.FilesAckedCapLost++
@@ -162,7 +169,11 @@ func (s *soak) verifyFile(f *fileState) {
 			s.fail("ACKED LOST", fmt.Sprintf("%s is empty after restart, but its version %d (%d bytes) was acknowledged and not rewritten since", p, f.acked.v, f.acked.size))
 		}
 		if f.acked == nil && len(f.pending) == 0 {
-			s.fail("WRONG BYTES", fmt.Sprintf("%s exists (empty) after restart but was never written", p))
+			what := "was never written"
+			if unlinked {
+				what = "was unlinked (unlink returned) and not recreated"
+			}
+			s.fail("WRONG BYTES", fmt.Sprintf("%s exists (empty) after restart but %s", p, what))
 		}
 		if len(f.pending) > 0 {
 			s.st.FilesTruncAllow++
@@ -170,12 +181,18 @@ func (s *soak) verifyFile(f *fileState) {
 		settled(&fileVer{v: 0, size: 0})
 		return
 	}
+	allowed := f.allowed()
+	for _, c := range allowed {
+		if c.pages != nil {
+			s.verifyStates(f, p, got, allowed, unlinked, settled)
+			return
+		}
+	}
 	pi := decodePage(got[:min(len(got), pageSize)], make([]byte, pageSize))
 	if len(got) < pageSize {
 		pi = pageInfo{}
 	}
 	var want *fileVer
-	allowed := f.allowed()
 	if pi.valid && pi.magic == magicFile && pi.id == f.id && pi.seed == s.seed && pi.index == 0 {
 		for _, c := range allowed {
 			if c.v == pi.version {
@@ -191,7 +208,11 @@ func (s *soak) verifyFile(f *fileState) {
 		}
 	}
 	if want == nil {
-		s.wrong(fmt.Sprintf("%s after restart (%d bytes): its first page is %s; allowed: %s", p, len(got), pi, versions(allowed)))
+		note := ""
+		if unlinked {
+			note = " (it was unlinked — unlink returned — and not recreated)"
+		}
+		s.wrong(fmt.Sprintf("%s after restart (%d bytes): its first page is %s; allowed: %s%s", p, len(got), pi, versions(allowed), note))
 	}
 	isAcked := f.acked != nil && f.acked.v == want.v
 	if isAcked && len(got) != want.size {
@@ -219,9 +240,55 @@ func versions(vs []fileVer) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "version %d (%d bytes)", v.v, v.size)
+		if len(vs) > 12 && i == 6 {
+			fmt.Fprintf(&b, "... %d more ..., ", len(vs)-12)
+			i = len(vs) - 6
+			v = vs[i]
+		}
+		b.WriteString(v.String())
 	}
 	return b.String()
+}
+
+// verifyStates checks a file one of whose allowed contents is a state of a
+// truncate-and-rewrite run. The file must be exactly one state the file
+// went through since its acknowledged one (the acknowledged state
+// included), or a clean prefix of a whole-file version: a state is one
+// moment of the run (after one pwrite or one ftruncate), so a page of a
+// state is never mixed with a page of another one, and a page that state
+// holds as written reads back as that version — zeros there are wrong;
+// zeros are right only where the state has a hole (pages 1..63 after the
+// first truncate). Pages are decoded one by one (each is self-verifying)
+// and compared by version, so hundreds of states cost nothing extra.
+func (s *soak) verifyStates(f *fileState, p string, got []byte, allowed []fileVer, unlinked bool, settled func(*fileVer)) {
+	want, isAcked, why := matchState(f.id, s.seed, got, f.acked, f.pending)
+	if want == nil {
+		note := ""
+		if unlinked {
+			note = " (it was unlinked — unlink returned — and not recreated)"
+		}
+		s.wrong(fmt.Sprintf("%s after restart: %s; allowed (acknowledged %v): %s%s", p, why, f.acked, versions(allowed), note))
+	}
+	if isAcked && len(got) != want.size {
+		s.fail("ACKED LOST", fmt.Sprintf("%s after restart: %d bytes of the acknowledged %s", p, len(got), want))
+	}
+	s.st.BytesVerified += int64(len(got))
+	if want.pages != nil {
+		s.st.FilesTruncState++
+	}
+	switch {
+	case isAcked:
+		s.st.FilesAcked++
+		s.st.AckedBytes += int64(len(got))
+	case len(got) == want.size:
+		s.st.FilesNewer++
+	default:
+		s.st.FilesTruncAllow++
+	}
+	if want.pages == nil {
+		want = &fileVer{v: want.v, size: len(got)}
+	}
+	settled(want)
 }
 
 // verifyExport reads the whole export and checks every sector; all wrong
@@ -254,23 +321,30 @@ func (s *soak) verifyExport() {
 					sec, sec*pageSize, sec*pageSize/s.exportBlock(), pi, s.describeSector(sec)))
 				continue
 			}
-			ok, lost := s.exp.check(sec, v)
+			match, ok, lost := s.exp.check(sec, pi.zero, v)
 			if !ok {
+				found := s.versionName(v)
+				if pi.zero {
+					found = "zeros"
+				}
 				bad = append(bad, fmt.Sprintf("sector %d (offset %d, export block %d) holds %s; allowed: %s",
-					sec, sec*pageSize, sec*pageSize/s.exportBlock(), s.versionName(v), s.describeSector(sec)))
+					sec, sec*pageSize, sec*pageSize/s.exportBlock(), found, s.describeSector(sec)))
 				continue
 			}
 			s.st.SectorsChecked++
+			if pi.zero && match != 0 {
+				s.st.SectorsZeroed++
+			}
 			switch {
 			case lost:
 				s.st.SectorsLostOK++
-			case v == s.exp.durable[sec] && v != 0:
+			case match == s.exp.durable[sec] && match != 0:
 				s.st.SectorsDurable++
 				s.st.AckedBytes += pageSize
-			case v > s.exp.durable[sec]:
+			case match > s.exp.durable[sec]:
 				s.st.SectorsNewer++
 			}
-			observed[sec] = v
+			observed[sec] = v // zeros: 0, the never-written state
 		}
 		s.st.BytesVerified += int64(len(buf))
 	}
@@ -317,7 +391,105 @@ func (s *soak) describeSector(sec int) string {
 	sent := make([]string, len(m.sent[sec]))
 	for i, v := range m.sent[sec] {
 		sent[i] = fmt.Sprint(v)
+		if r := m.zeroReq(v); r != "" {
+			sent[i] += "(zeros: " + r + ")"
+		}
 	}
-	return fmt.Sprintf("durable %s, last acknowledged %d, sent since the last verification [%s]",
-		s.versionName(m.durable[sec]), m.lastAcked[sec], strings.Join(sent, " "))
+	dur := s.versionName(m.durable[sec])
+	if r := m.zeroReq(m.durable[sec]); r != "" {
+		dur += " (zeros: " + r + ")"
+	}
+	return fmt.Sprintf("durable %s, last acknowledged %d, sent since the last verification [%s], found by the last verification: %s",
+		dur, m.lastAcked[sec], strings.Join(sent, " "), s.versionName(m.seen[sec]))
+}
+
+// matchState finds what got is among the acknowledged content of file id
+// and the states pending since (newest first): exactly one state, or a
+// clean prefix of a whole-file version. nil and the reason when none.
+func matchState(id, seed uint64, got []byte, acked *fileVer, pending []fileVer) (want *fileVer, isAcked bool, why string) {
+	const invalid = ^uint64(0)
+	full := len(got) / pageSize
+	obs := make([]uint64, full)
+	infos := make([]pageInfo, full)
+	scratch := make([]byte, pageSize)
+	for i := range obs {
+		pi := decodePage(got[i*pageSize:(i+1)*pageSize], scratch)
+		infos[i] = pi
+		switch {
+		case pi.zero:
+		case pi.valid && pi.magic == magicFile && pi.id == id && pi.seed == seed && pi.index == uint64(i):
+			obs[i] = pi.version
+		default:
+			obs[i] = invalid
+		}
+	}
+	tail := got[full*pageSize:]
+	matches := func(c fileVer) bool {
+		if c.pages != nil {
+			if len(got) != c.size {
+				return false
+			}
+			for i, v := range obs {
+				if v != c.pages[i] {
+					return false
+				}
+			}
+			return true
+		}
+		if len(got) > c.size {
+			return false
+		}
+		for _, v := range obs {
+			if v != c.v {
+				return false
+			}
+		}
+		if len(tail) > 0 {
+			fillPage(scratch, magicFile, id, c.v, uint64(full), seed)
+			return firstDiff(tail, scratch[:len(tail)]) < 0
+		}
+		return true
+	}
+	if acked != nil && matches(*acked) {
+		c := *acked
+		return &c, true, ""
+	}
+	for i := len(pending) - 1; i >= 0; i-- {
+		if matches(pending[i]) {
+			c := pending[i]
+			return &c, false, ""
+		}
+	}
+	allowed := append([]fileVer(nil), pending...)
+	if acked != nil {
+		allowed = append(allowed, *acked)
+	}
+	// Say which pages no allowed state has (zeros where every state has
+	// data, another version, garbage), or that each page is one some state
+	// allows but no state has them all (mixed states).
+	var diffs []string
+	sizeOK := false
+	for _, c := range allowed {
+		sizeOK = sizeOK || len(got) == c.size || (c.pages == nil && len(got) < c.size)
+	}
+	for i, v := range obs {
+		ok := false
+		for _, c := range allowed {
+			if i < c.size/pageSize && c.page(i) == v {
+				ok = true
+				break
+			}
+		}
+		if !ok && len(diffs) < 8 {
+			diffs = append(diffs, fmt.Sprintf("page %d (offset %d) is %s", i, i*pageSize, infos[i]))
+		}
+	}
+	what := "no allowed state has these pages: " + strings.Join(diffs, "; ")
+	if len(diffs) == 0 {
+		what = "every page is one some allowed state holds, but no single state has this combination (mixed states)"
+	}
+	if !sizeOK {
+		what += fmt.Sprintf("; size %d is no allowed state's size", len(got))
+	}
+	return nil, false, fmt.Sprintf("%d bytes (%s): %s", len(got), pageMap(obs), what)
 }
