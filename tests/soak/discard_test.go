@@ -22,8 +22,8 @@ import (
 // that flushed state survives kill -9). Gated like the soak
 // (CTXMEM_SOAK=1, root, /dev/fuse).
 func TestDiscardDurable(t *testing.T) {
-	if os.Getenv("CTXMEM_SOAK") != "1" {
-		t.Skip("set CTXMEM_SOAK=1 (root, /dev/fuse)")
+	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
+		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
 	}
 	bin := os.Getenv("CTXMEM_E2E_BIN")
 	if bin == "" {
@@ -139,8 +139,8 @@ func discardCase(t *testing.T, bin, prof, name string, op func(cl *nbdClient, of
 // KiB), pwrite 4 KiB at 256 KiB, fsync, kill -9, restart: pages 1..63
 // must read zeros (the holes the truncate made), page 64 the new page.
 func TestTruncateDurable(t *testing.T) {
-	if os.Getenv("CTXMEM_SOAK") != "1" {
-		t.Skip("set CTXMEM_SOAK=1 (root, /dev/fuse)")
+	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
+		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
 	}
 	bin := os.Getenv("CTXMEM_E2E_BIN")
 	if bin == "" {
