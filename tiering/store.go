@@ -490,6 +490,18 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 		o.markStale(idx, staleG4)
 		s.gc(s.g4, k)
 	}
+	if o.isBusy(idx) && !o.deleted {
+		// A put of this key is in flight and may land in either tier
+		// after the drop: its copy counts as stale from now on (so an NBD
+		// FLUSH after a TRIM waits for it), and GC deletes whatever is
+		// there once the span ends (deleting a missing key is fine).
+		for _, t := range []tier.Tier{s.g3, s.g4} {
+			if bit := s.tierBit(t); bit != 0 && o.stale[idx]&bit == 0 {
+				o.markStale(idx, bit)
+				s.gc(t, k)
+			}
+		}
+	}
 	delete(o.blocks, idx)
 	s.g2mu.Lock()
 	s.place.forget(r)
