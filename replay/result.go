@@ -48,6 +48,11 @@ type Result struct {
 	VerifyFailures int64            `json:"verify_failures"`
 	// WriteErrors counts misses whose write or rename failed.
 	WriteErrors int64 `json:"write_errors"`
+	// ReadErrors counts hits whose open or read failed with an error (an
+	// I/O error, or the mount gone after the daemon died): no bytes were
+	// served, so they are not verification failures (wrong, short or long
+	// bytes).
+	ReadErrors int64 `json:"read_errors"`
 	// ReadLatency percentiles of open+read+close per hit block, µs.
 	ReadLatencyP50us float64 `json:"read_latency_p50_us"`
 	ReadLatencyP99us float64 `json:"read_latency_p99_us"`
@@ -84,6 +89,7 @@ type HostResult struct {
 	RetryWaitS     float64 `json:"retry_wait_s"`
 	VerifyFailures int64   `json:"verify_failures"`
 	WriteErrors    int64   `json:"write_errors"`
+	ReadErrors     int64   `json:"read_errors"`
 	BytesRead      int64   `json:"bytes_read"`
 	BytesWritten   int64   `json:"bytes_written"`
 }
@@ -92,7 +98,7 @@ type HostResult struct {
 type counts struct {
 	requests, requestHits, blocks, hits, misses, retryHits int64
 	verifyFailures, writeErrors, bytesRead, bytesWritten   int64
-	retryWaitNs                                            int64
+	readErrors, retryWaitNs                                int64
 }
 
 func (c *counts) add(o counts) {
@@ -104,6 +110,7 @@ func (c *counts) add(o counts) {
 	c.retryHits += o.retryHits
 	c.verifyFailures += o.verifyFailures
 	c.writeErrors += o.writeErrors
+	c.readErrors += o.readErrors
 	c.bytesRead += o.bytesRead
 	c.bytesWritten += o.bytesWritten
 	c.retryWaitNs += o.retryWaitNs
@@ -112,7 +119,8 @@ func (c *counts) add(o counts) {
 func (c counts) host(i int, mount string) HostResult {
 	h := HostResult{Host: i, Mount: mount, Requests: c.requests, RequestHits: c.requestHits, Blocks: c.blocks,
 		BlockHits: c.hits, BlockMisses: c.misses, RetryHits: c.retryHits, RetryWaitS: float64(c.retryWaitNs) / 1e9,
-		VerifyFailures: c.verifyFailures, WriteErrors: c.writeErrors, BytesRead: c.bytesRead, BytesWritten: c.bytesWritten}
+		VerifyFailures: c.verifyFailures, WriteErrors: c.writeErrors, ReadErrors: c.readErrors,
+		BytesRead: c.bytesRead, BytesWritten: c.bytesWritten}
 	if h.Blocks > 0 {
 		h.BlockHitRatio = float64(h.BlockHits) / float64(h.Blocks)
 	}
@@ -123,7 +131,7 @@ func (c counts) host(i int, mount string) HostResult {
 func (r *Result) setTotals(c counts) {
 	r.Requests, r.RequestHits, r.Blocks = c.requests, c.requestHits, c.blocks
 	r.BlockHits, r.BlockMisses, r.RetryHits = c.hits, c.misses, c.retryHits
-	r.VerifyFailures, r.WriteErrors = c.verifyFailures, c.writeErrors
+	r.VerifyFailures, r.WriteErrors, r.ReadErrors = c.verifyFailures, c.writeErrors, c.readErrors
 	r.BytesRead, r.BytesWritten = c.bytesRead, c.bytesWritten
 	r.RetryWaitS = float64(c.retryWaitNs) / 1e9
 }
@@ -186,6 +194,7 @@ func (r Result) WriteTable(w io.Writer) error {
 		[2]string{"read latency p50", fmt.Sprintf("%.1f µs", r.ReadLatencyP50us)},
 		[2]string{"read latency p99", fmt.Sprintf("%.1f µs", r.ReadLatencyP99us)},
 		[2]string{"write errors", fmt.Sprint(r.WriteErrors)},
+		[2]string{"read errors", fmt.Sprint(r.ReadErrors)},
 		[2]string{"verification failures", fmt.Sprint(r.VerifyFailures)},
 	)
 	if r.RetryMissingS > 0 {

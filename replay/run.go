@@ -434,7 +434,11 @@ func (w *worker) read(h int, path string, id int64) readOutcome {
 	bb := w.r.opts.BlockBytes
 	switch {
 	case err != nil:
-		w.r.logf("replay: verification failure: read error", "path", path, "block", id, "offset", max(n, 0), "err", err)
+		// An error is not a wrong byte: nothing was served (a lost file's
+		// read gets EIO; a dead daemon's mount ENOTCONN).
+		w.r.logf("replay: read error", "path", path, "block", id, "offset", max(n, 0), "err", err)
+		w.cnt[h].readErrors++
+		return readFailed
 	case n < bb:
 		w.r.logf("replay: verification failure: short file", "path", path, "block", id, "bytes", n, "want", bb)
 	case n > bb:

@@ -106,8 +106,11 @@ func (s *Store) recover() error {
 					// while G4 was down, the delete of the G4 copy failed)
 					// and trusting it would let a later G3 eviction skip
 					// the upload and serve the old bytes. The G4 copy is
-					// garbage (unused below).
+					// garbage (unused below), recorded stale until GC
+					// deletes it (a later TRIM or truncate must not let it
+					// come back).
 					in4 = false
+					o.markStale(idx, staleG4)
 				}
 				o.blocks[idx] = &blockState{inG3: l.g3, inG4: in4}
 				if rec4 != nil {
@@ -179,6 +182,10 @@ func (s *Store) recoverExport(id ObjectID, rec *objectRecord, keys []tier.Key, w
 		}
 		in3, in4 := where(k)
 		if in3 && in4 {
+			// Recorded stale: until GC deletes it, a later TRIM of this
+			// block must not let a FLUSH return while the old G4 copy
+			// could come back at the next recovery.
+			o.markStale(k.Index, staleG4)
 			s.gc(s.g4, k)
 			in4 = false
 		}

@@ -112,8 +112,8 @@ func replayAction(c *cli.Context) error {
 		return withCode(exitInterrupted, fmt.Errorf("replay interrupted after %d requests: %w", res.Requests, runErr))
 	case res.VerifyFailures > 0:
 		return withCode(exitVerify, fmt.Errorf("replay: %d verification failures", res.VerifyFailures))
-	case res.WriteErrors > 0:
-		return withCode(exitWriteErrors, fmt.Errorf("replay: %d blocks could not be written", res.WriteErrors))
+	case res.WriteErrors > 0 || res.ReadErrors > 0:
+		return withCode(exitWriteErrors, fmt.Errorf("replay: %d blocks could not be written, %d could not be read", res.WriteErrors, res.ReadErrors))
 	}
 	return nil
 }

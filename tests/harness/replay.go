@@ -18,6 +18,7 @@ type ReplayResult struct {
 	BlockMisses    int64            `json:"block_misses"`
 	VerifyFailures int64            `json:"verify_failures"`
 	WriteErrors    int64            `json:"write_errors"`
+	ReadErrors     int64            `json:"read_errors"`
 	BytesWritten   int64            `json:"bytes_written"`
 	BytesRead      int64            `json:"bytes_read"`
 	HitsByTier     map[string]int64 `json:"hits_by_tier"`
@@ -31,7 +32,7 @@ type ReplayResult struct {
 const (
 	ExitOK          = 0
 	ExitVerify      = 4 // verification failures
-	ExitWriteErrors = 5 // some misses could not be written
+	ExitWriteErrors = 5 // some misses could not be written, or some hits read
 	ExitInterrupted = 130
 )
 
