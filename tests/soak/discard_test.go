@@ -19,8 +19,8 @@ import (
 // which maps to the same discard; WRITE_ZEROES with NO_HOLE for contrast),
 // FLUSH, kill -9, restart: an acknowledged FLUSH after the discard must
 // leave zeros (ctxmemd documents that a discarded range reads as zeros and
-// that flushed state survives kill -9). Gated like the soak
-// (CTXMEM_SOAK=1, root, /dev/fuse).
+// that flushed state survives kill -9). Runs with CTXMEM_SOAK=1 or
+// CTXMEM_E2E=1 (make test; root, /dev/fuse).
 func TestDiscardDurable(t *testing.T) {
 	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
 		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
