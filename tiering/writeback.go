@@ -484,9 +484,11 @@ func (s *Store) endGCDelete(o *object, it gcItem, err error) (retry bool) {
 	if err != nil {
 		return o.stale[idx]&bit != 0 && s.ctx.Err() == nil
 	}
-	if bit != 0 && o.stale[idx]&bit != 0 && o.clearStale(idx, bit) {
-		s.signalFlushed(o)
-		s.scheduleClean(o)
+	if bit != 0 && o.stale[idx]&bit != 0 {
+		if o.clearStale(idx, bit) {
+			s.scheduleClean(o)
+		}
+		s.signalFlushed(o) // an NBD FLUSH may wait for this one copy
 	}
 	return false
 }
