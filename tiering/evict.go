@@ -285,6 +285,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	defer s.endBusyLocked(o, k.Index, true)
+	s.maybeStoredLocked(o, k.Index, k, err)
 	if o.deleted || o.gen != k.Gen || o.blocks[k.Index] != b {
 		if err == nil {
 			if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[k.Index], s.g4) {

@@ -141,3 +141,47 @@ func TestWriteBackFallsToG4WhenG3Fails(t *testing.T) {
 		t.Fatalf("read after restart: %d, %v", n, err)
 	}
 }
+
+// TestUnansweredG4PutIsDeletedBeforeFlush: a G4 put that stored the block
+// but failed with "unavailable" (the object store's deadline passed after
+// the write) leaves a copy nobody records. After a TRIM of that block, an
+// NBD FLUSH must not return until that copy is deleted: recovery of an
+// export adopts every copy of its keys (a crash soak finding).
+func TestUnansweredG4PutIsDeletedBeforeFlush(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.G3 = nil })
+	defer fs.close(t)
+	undo := fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, Err: tier.ErrUnavailable, Late: true})
+	id, err := fs.store.Create("nbd", 64<<10, tiering.KindNBD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.store.Truncate(ctx, id, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, data(8, 64<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.g4.Faults(faulttier.Put) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fs.g4.Faults(faulttier.Put) == 0 {
+		t.Fatal("the write-back never reached G4")
+	}
+	k := tier.Key{Namespace: "nbd", Object: uint64(id), Index: 0, Gen: 1}
+	// Still failing late (every retry stores and fails): the block is
+	// dropped while no put is in flight or between two of them.
+	defer undo()
+	if err := fs.store.Discard(ctx, id, 0, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := fs.store.Flush(fctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.g4t.Stat(k); err == nil {
+		t.Fatal("FLUSH returned after a TRIM while G4 still holds the block's unanswered copy")
+	}
+}

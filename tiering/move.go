@@ -120,6 +120,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		err := s.g4.Put(ctx, k, data)
 		o.mu.Lock()
 		defer s.endBusyLocked(o, idx, true) // runs before the deferred unlock
+		s.maybeStoredLocked(o, idx, k, err)
 		live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver
 		if !live {
 			if err == nil {

@@ -209,6 +209,7 @@ func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, ki
 	if b.failedAt.IsZero() {
 		b.failedAt = time.Now()
 	}
+	s.maybeStoredLocked(o, r.idx, k, err)
 	tries, since := b.retries, time.Since(b.failedAt)
 	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
@@ -228,6 +229,26 @@ func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, ki
 	}
 	s.dropCount(reason)
 	s.lose(r.id, fmt.Errorf("write-back of %s: %w", k, err))
+}
+
+// maybeStoredLocked handles a G4 put that failed without an answer (the
+// object store's deadline passed, or it did not respond): the object may
+// have been stored anyway, so the key's G4 copy is recorded stale and
+// deleted once the key is free, unless the live block records a G4 copy
+// itself. Without this, a later TRIM and FLUSH could leave that unknown
+// copy for recovery to adopt. o.mu held for writing.
+func (s *Store) maybeStoredLocked(o *object, idx uint32, k tier.Key, err error) {
+	if s.g4 == nil || err == nil || o.deleted || o.gen != k.Gen {
+		return
+	}
+	if !errors.Is(err, tier.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	if s.holds(o.blocks[idx], s.g4) {
+		return
+	}
+	o.markStale(idx, staleG4)
+	s.gc(s.g4, k)
 }
 
 // holds reports whether block state b records a copy in t.

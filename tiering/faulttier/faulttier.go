@@ -53,6 +53,10 @@ type Fault struct {
 	// Gate, when set, holds the call until the gate is released (or the
 	// call's ctx ends).
 	Gate *Gate
+	// Late, with Err, makes the call reach the wrapped tier first and
+	// fail only then: a put that stored the block but whose answer was
+	// lost (an object store's deadline passing after the write).
+	Late bool
 }
 
 // Gate holds calls until Release. Arrived is closed when the first call
@@ -163,7 +167,18 @@ func (t *Tier) pick(op Op, k tier.Key) []Fault {
 	return out
 }
 
-// apply runs the faults of one call: stalls, gates, then the first error.
+// late returns the error of a Late fault among fs, if any.
+func late(op Op, k tier.Key, fs []Fault) error {
+	for _, f := range fs {
+		if f.Late && f.Err != nil {
+			return fmt.Errorf("faulttier: %s %s (after the call): %w", op, k, f.Err)
+		}
+	}
+	return nil
+}
+
+// apply runs the faults of one call: stalls, gates, then the first error
+// (Late faults are returned after the call, see late).
 func apply(ctx context.Context, op Op, k tier.Key, fs []Fault) error {
 	for _, f := range fs {
 		if f.Delay > 0 {
@@ -182,7 +197,7 @@ func apply(ctx context.Context, op Op, k tier.Key, fs []Fault) error {
 		}
 	}
 	for _, f := range fs {
-		if f.Err != nil {
+		if f.Err != nil && !f.Late {
 			return fmt.Errorf("faulttier: %s %s: %w", op, k, f.Err)
 		}
 	}
@@ -191,10 +206,14 @@ func apply(ctx context.Context, op Op, k tier.Key, fs []Fault) error {
 
 // Put implements tier.Tier.
 func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
-	if err := apply(ctx, Put, k, t.pick(Put, k)); err != nil {
+	fs := t.pick(Put, k)
+	if err := apply(ctx, Put, k, fs); err != nil {
 		return err
 	}
-	return t.Tier.Put(ctx, k, data)
+	if err := t.Tier.Put(ctx, k, data); err != nil {
+		return err
+	}
+	return late(Put, k, fs)
 }
 
 // Get implements tier.Tier.
