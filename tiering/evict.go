@@ -256,11 +256,18 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	}
 	if o.isBusy(k.Index) && !b.dirty {
 		// Another put or a GC delete of this key is in flight (a put now
-		// could land before that delete and be erased by it): keep the
-		// bytes in G2 instead; write-back stores them once the key is
-		// free.
+		// could land before that delete and be erased by it). An export
+		// block keeps its bytes in G2 (write-back stores them once the key
+		// is free); a cached file is dropped unless another tier holds
+		// the block (copying files forward here after a restart, when
+		// recovery queues many G4 deletes, stalled writers: see the stop
+		// note of issue 11).
 		defer o.mu.Unlock()
-		return id, s.copyForwardLocked(o, b, k, data)
+		if export {
+			return id, s.copyForwardLocked(o, b, k, data)
+		}
+		b.inG3 = false
+		return id, b.inG4 || b.inG35
 	}
 	// The G4 write runs without the object lock, so a slow object store
 	// does not stall the object's readers and writers; the block keeps
