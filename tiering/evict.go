@@ -114,12 +114,9 @@ func (s *Store) evictBlock(o *object, r bref) {
 					b.inG3 = true
 					o.clearStale(r.idx, staleG3)
 					s.c.demotions[tiG3].Add(1)
-				case err == nil && !o.deleted && o.gen == k.Gen:
-					// Rewritten or dropped meanwhile: the copy is stale.
-					o.markStale(r.idx, staleG3)
-					s.gc(s.g3, k)
 				case err == nil:
-					s.gc(s.g3, k)
+					// Rewritten, dropped or removed meanwhile: the copy is stale.
+					s.discardCopyLocked(o, r.idx, s.g3, k)
 				}
 				s.endBusyLocked(o, r.idx, true)
 				if !live || b.dirty || o.pinned {
@@ -295,10 +292,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	s.maybeStoredLocked(o, k.Index, k, err)
 	if o.deleted || o.gen != k.Gen || o.blocks[k.Index] != b {
 		if err == nil {
-			if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[k.Index], s.g4) {
-				o.markStale(k.Index, staleG4)
-			}
-			s.gc(s.g4, k)
+			s.discardCopyLocked(o, k.Index, s.g4, k)
 		}
 		return id, true
 	}
@@ -319,8 +313,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if err == nil && b.version != ver {
 		// Rewritten during the put: this copy is stale; write-back stores
 		// the new bytes.
-		o.markStale(k.Index, staleG4)
-		s.gc(s.g4, k)
+		s.discardCopyLocked(o, k.Index, s.g4, k)
 		return id, true
 	}
 	if err == nil {
@@ -364,19 +357,7 @@ func (s *Store) copyForwardLocked(o *object, b *blockState, k tier.Key, data []b
 		b.g2.Store(ng)
 		g = ng
 	}
-	if !b.dirty {
-		b.dirty = true
-		o.dirty++
-		b.dirtyN = int64(len(g.buf))
-		s.g2dirty.Add(b.dirtyN)
-		s.g2mu.Lock()
-		s.place.remove(r)
-		s.g2mu.Unlock()
-	}
-	if !b.queued {
-		b.queued = true
-		s.enqueueWB(r)
-	}
+	s.markDirtyLocked(o, b, r, g)
 	if !o.metaDirty {
 		_ = s.markMetaDirty(o)
 	}

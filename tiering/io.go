@@ -375,6 +375,15 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		s.touch(r, !o.pinned)
 		return nil
 	}
+	b.version = o.wseq
+	s.markDirtyLocked(o, b, r, g)
+	s.touch(r, false)
+	return nil
+}
+
+// markDirtyLocked makes block r (state b, G2 copy g) dirty, out of the
+// eviction order and queued for write-back. o.mu held for writing.
+func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block) {
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++
@@ -384,13 +393,10 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		s.place.remove(r)
 		s.g2mu.Unlock()
 	}
-	b.version = o.wseq
 	if !b.queued {
 		b.queued = true
 		s.enqueueWB(r)
 	}
-	s.touch(r, false)
-	return nil
 }
 
 // Truncate sets the object's size. Size 0 starts a new generation (every

@@ -124,10 +124,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver
 		if !live {
 			if err == nil {
-				if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[idx], s.g4) {
-					o.markStale(idx, staleG4)
-				}
-				s.gc(s.g4, k)
+				s.discardCopyLocked(o, idx, s.g4, k)
 			}
 			return false, 0, nil // rewritten or dropped: its write-back places it
 		}

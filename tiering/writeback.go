@@ -133,17 +133,10 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.mu.Unlock()
 		s.space.broadcast()
 	}()
-	if o.deleted || o.gen != k.Gen {
-		s.gc(t, k)
-		return
-	}
-	if o.blocks[r.idx] != b {
-		// Dropped (and maybe written again) during the put: the copy in
-		// t is not the live block's.
-		if cur := o.blocks[r.idx]; cur == nil || !s.holds(cur, t) {
-			o.markStale(r.idx, s.tierBit(t))
-			s.gc(t, k)
-		}
+	if o.deleted || o.gen != k.Gen || o.blocks[r.idx] != b {
+		// Removed, or dropped (and maybe written again) during the put:
+		// the copy in t is not the live block's.
+		s.discardCopyLocked(o, r.idx, t, k)
 		return
 	}
 	// The block now lives in t. A copy of the same key in the other tier is
@@ -231,6 +224,23 @@ func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, ki
 	s.lose(r.id, fmt.Errorf("write-back of %s: %w", k, err))
 }
 
+// discardCopyLocked queues the delete of t's copy of k when the live block
+// does not hold it (a put that outlived its block or its version, an
+// unanswered put) and, while the object may still write k, records it
+// stale so the object is not recorded clean and no NBD FLUSH returns
+// before it is gone. o.mu held for writing.
+func (s *Store) discardCopyLocked(o *object, idx uint32, t tier.Tier, k tier.Key) {
+	if o.deleted || o.gen != k.Gen {
+		s.gc(t, k) // the key is never written again
+		return
+	}
+	if s.holds(o.blocks[idx], t) {
+		return // the live block's own copy
+	}
+	o.markStale(idx, s.tierBit(t))
+	s.gc(t, k)
+}
+
 // maybeStoredLocked handles a G4 put that failed without an answer (the
 // object store's deadline passed, or it did not respond): the object may
 // have been stored anyway, so the key's G4 copy is recorded stale and
@@ -244,11 +254,7 @@ func (s *Store) maybeStoredLocked(o *object, idx uint32, k tier.Key, err error) 
 	if !errors.Is(err, tier.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
-	if s.holds(o.blocks[idx], s.g4) {
-		return
-	}
-	o.markStale(idx, staleG4)
-	s.gc(s.g4, k)
+	s.discardCopyLocked(o, idx, s.g4, k)
 }
 
 // holds reports whether block state b records a copy in t.
