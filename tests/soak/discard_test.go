@@ -22,19 +22,7 @@ import (
 // that flushed state survives kill -9). Runs with CTXMEM_SOAK=1 or
 // CTXMEM_E2E=1 (make test; root, /dev/fuse).
 func TestDiscardDurable(t *testing.T) {
-	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
-		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
-	}
-	bin := os.Getenv("CTXMEM_E2E_BIN")
-	if bin == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		b, err := harness.BuildBinary(ctx, t.TempDir())
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin = b
-	}
+	bin := reproBinary(t)
 	trim := func(cl *nbdClient, off int64, n uint32) error { return cl.Trim(off, n, false) }
 	for _, prof := range []string{"tiny", "g4", "small"} {
 		for _, tc := range []struct {
@@ -139,19 +127,7 @@ func discardCase(t *testing.T, bin, prof, name string, op func(cl *nbdClient, of
 // KiB), pwrite 4 KiB at 256 KiB, fsync, kill -9, restart: pages 1..63
 // must read zeros (the holes the truncate made), page 64 the new page.
 func TestTruncateDurable(t *testing.T) {
-	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
-		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
-	}
-	bin := os.Getenv("CTXMEM_E2E_BIN")
-	if bin == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		b, err := harness.BuildBinary(ctx, t.TempDir())
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin = b
-	}
+	bin := reproBinary(t)
 	opts := profiles["tiny"].opts
 	opts.LogLevel = "info"
 	opts.Extra = append(append([]string(nil), opts.Extra...), "--nats", "none")
@@ -203,4 +179,24 @@ func TestTruncateDurable(t *testing.T) {
 			t.Errorf("file t%d after fsync'd truncate+pwrite, kill -9, restart: %s; want %s", i, why, want)
 		}
 	}
+}
+
+// reproBinary gates the short reproductions (CTXMEM_SOAK=1, or
+// CTXMEM_E2E=1 as make test sets) and returns the ctxmemd binary:
+// CTXMEM_E2E_BIN, else one built for the test.
+func reproBinary(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("CTXMEM_SOAK") != "1" && os.Getenv("CTXMEM_E2E") != "1" {
+		t.Skip("set CTXMEM_SOAK=1 or CTXMEM_E2E=1 (root, /dev/fuse); make test runs it")
+	}
+	if bin := os.Getenv("CTXMEM_E2E_BIN"); bin != "" {
+		return bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := harness.BuildBinary(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
