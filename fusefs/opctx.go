@@ -15,39 +15,47 @@ import (
 // answer EINTR when it is interrupted. The merged Done channel (and the
 // goroutine behind it) is made only if a callee asks for it, which only a
 // wait does; the copy paths stay free of it. release must be called when
-// the request is answered.
+// the request is answered; a write that never waits allocates no channel.
 type opCtx struct {
 	context.Context
 	req  context.Context
-	stop chan struct{}
 	once sync.Once
-	done chan struct{}
+	done chan struct{} // merged Done; nil until a callee asks for it
+	stop chan struct{} // ends the merging goroutine at release
 }
 
 // interruptible returns a context for a Backend call made on behalf of
 // request ctx req, and its release func.
 func (f *fsys) interruptible(req context.Context) (*opCtx, func()) {
-	c := &opCtx{Context: f.ctx, req: req, stop: make(chan struct{})}
-	return c, func() { close(c.stop) }
+	c := &opCtx{Context: f.ctx, req: req}
+	return c, c.release
+}
+
+// release ends the request: no merging goroutine starts after it, and one
+// that started stops.
+func (c *opCtx) release() {
+	c.once.Do(func() {})
+	if c.stop != nil {
+		close(c.stop)
+	}
 }
 
 // Done implements context.Context.
 func (c *opCtx) Done() <-chan struct{} {
 	c.once.Do(func() {
-		c.done = make(chan struct{})
 		if c.req == nil || c.req.Done() == nil {
-			c.done = nil
 			return
 		}
-		go func() { // ends with the request (stop) at the latest
+		c.done, c.stop = make(chan struct{}), make(chan struct{})
+		go func(done, stop chan struct{}) { // ends with the request (stop) at the latest
 			select {
 			case <-c.Context.Done():
 			case <-c.req.Done():
-			case <-c.stop:
+			case <-stop:
 				return
 			}
-			close(c.done)
-		}()
+			close(done)
+		}(c.done, c.stop)
 	})
 	if c.done == nil {
 		return c.Context.Done()
