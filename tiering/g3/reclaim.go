@@ -125,6 +125,15 @@ func (s *Store) reclaimOldest(why string) bool {
 	if len(live) > 0 && s.opts.OnEvict != nil {
 		s.opts.OnEvict(live)
 	}
+	if s.testHook != nil {
+		s.testHook("reclaim-evicted")
+	}
+
+	// The segment leaves the log on disk (renamed to a spare or removed)
+	// before its keys leave the index: until then a crash would bring its
+	// records back at the next Open, so a Delete meanwhile must still find
+	// the key and write a tombstone rather than take it for missing.
+	sp := s.leaveLog(seg)
 
 	s.mu.Lock()
 	dropped := 0
@@ -140,12 +149,17 @@ func (s *Store) reclaimOldest(why string) bool {
 	}
 	s.segs = s.segs[1:]
 	seg.keys = nil
+	if sp != nil {
+		s.spares = append(s.spares, sp)
+	}
 	s.mu.Unlock()
+	if sp == nil {
+		seg.release()
+	}
 
 	s.st.reclaims.Add(1)
 	s.st.evicted.Add(int64(dropped))
 	s.log.Debug("G3 segment reclaimed", "segment", seg.path, "why", why, "blocks_dropped", dropped)
-	s.keepSpare(seg)
 	return true
 }
 
@@ -155,8 +169,10 @@ func (s *Store) reclaimOldest(why string) bool {
 // (on ext4/xfs) the conversion of unwritten extents on first write.
 const maxSpares = 2
 
-// spareRoom reports whether one more spare may be kept. Caller holds mu.
-func (s *Store) spareRoom() bool {
+// spareRoom reports whether one more spare may be kept; leaving, when not
+// nil, is a segment still listed in segs that is about to become that
+// spare. Caller holds mu.
+func (s *Store) spareRoom(leaving *segment) bool {
 	if s.closed {
 		return false
 	}
@@ -165,7 +181,9 @@ func (s *Store) spareRoom() bool {
 	}
 	var b int64
 	for _, seg := range s.segs {
-		b += seg.size
+		if seg != leaving {
+			b += seg.size
+		}
 	}
 	for _, sp := range s.spares {
 		b += sp.seg.size
@@ -173,30 +191,27 @@ func (s *Store) spareRoom() bool {
 	return b+s.opts.SegmentBytes <= s.opts.CapacityBytes
 }
 
-// keepSpare renames a reclaimed segment's file to "<id>.spare" and keeps
-// its descriptor for reuse by a later roll-over, or deletes it when there
-// are enough spares. Either way the segment is out of the log.
-func (s *Store) keepSpare(seg *segment) {
+// leaveLog takes a reclaimed segment's file out of the log: renamed to
+// "<id>.spare" and returned for reuse by a later roll-over, or deleted
+// (nil) when there are enough spares. The caller drops the segment's index
+// entries afterwards, then keeps the spare or releases the segment.
+func (s *Store) leaveLog(seg *segment) *spare {
 	sp := &spare{seg: seg, path: filepath.Join(s.opts.Dir, spareName(seg.id))}
 	s.mu.Lock()
-	keep := s.spareRoom() && seg.size == s.opts.SegmentBytes // a new size retires old files
+	keep := s.spareRoom(seg) && seg.size == s.opts.SegmentBytes // a new size retires old files
 	s.mu.Unlock()
+	s.dirDirty.Store(true)
 	if keep {
 		err := os.Rename(seg.path, sp.path)
-		s.dirDirty.Store(true)
 		if err == nil {
-			s.mu.Lock()
-			s.spares = append(s.spares, sp)
-			s.mu.Unlock()
-			return
+			return sp
 		}
 		s.log.Error("G3 rename reclaimed segment", "segment", seg.path, "err", err)
 	}
-	s.dirDirty.Store(true)
 	if err := os.Remove(seg.path); err != nil {
 		s.log.Error("G3 remove reclaimed segment", "segment", seg.path, "err", err)
 	}
-	seg.release()
+	return nil
 }
 
 // takeSpare turns a spare no reader still holds into the new segment id,

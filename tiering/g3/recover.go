@@ -146,7 +146,7 @@ func (s *Store) repair(seg *segment, off int64, typ uint8, k tier.Key, seq uint6
 // adoptSpare keeps a spare file from an earlier run for reuse, or deletes
 // it when there is no room for it (see spareRoom) or it cannot be opened.
 func (s *Store) adoptSpare(path string) {
-	if s.spareRoom() {
+	if s.spareRoom(nil) {
 		sp, err := s.openSpare(path)
 		if err == nil {
 			s.spares = append(s.spares, sp)

@@ -51,6 +51,11 @@ type Store struct {
 	blocks    int64 // live blocks
 
 	st counters
+
+	// testHook, when set by a test before use, is called at named points
+	// of internal sequences ("reclaim-evicted": OnEvict returned, the
+	// segment is still in the log on disk).
+	testHook func(point string)
 }
 
 // entry locates the newest record of a key. A tomb entry marks a key
