@@ -217,6 +217,15 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	s.c.evictions[tiG3].Add(1)
+	// Every path below forgets the G3 copy, but its record stays in the
+	// log on disk until G3 has taken the segment out of it, after this
+	// hook returns: a kill -9 before then finds it again at the next
+	// start, where a G3 copy wins over G4's. Recorded stale and deleted
+	// (a tombstone while the segment is still in the log, a no-op once it
+	// is gone), so the object is not recorded clean and no NBD FLUSH
+	// returns while an older version could come back.
+	o.markStale(k.Index, staleG3)
+	s.gc(s.g3, k)
 	export := o.kind == KindNBD
 	if b.inG4 || (b.dirty && (!export || s.g4 == nil)) {
 		// G4 has it, or write-back will store the newer bytes (an export

@@ -185,3 +185,48 @@ func TestUnansweredG4PutIsDeletedBeforeFlush(t *testing.T) {
 		t.Fatal("FLUSH returned after a TRIM while G4 still holds the block's unanswered copy")
 	}
 }
+
+// TestReclaimedG3CopyDoesNotComeBack: G3 reclaim (DemoteFromG3) moves an
+// export block to G4, but its G3 record stays in the log until G3 takes
+// the segment out after the hook returns. Here the segment never goes (a
+// kill -9 at that point): a TRIM and an acknowledged FLUSH must still
+// leave no copy of the block that a restart could adopt, and the block
+// reads as zeros after the restart.
+func TestReclaimedG3CopyDoesNotComeBack(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := openFaultStack(t, dir, 8<<20, 0, true, nil)
+	const bs = 64 << 10
+	id, err := fs.store.Create("nbd", bs, tiering.KindNBD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.store.Truncate(ctx, id, 4*bs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, data(9, bs), 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	k := tier.Key{Namespace: "nbd", Object: uint64(id), Index: 0, Gen: 1}
+	if _, err := fs.g3s.Stat(k); err != nil {
+		t.Fatalf("block not written back to G3: %v", err)
+	}
+	fs.store.DemoteFromG3([]tier.Key{k})
+	if _, err := fs.g4t.Stat(k); err != nil {
+		t.Fatalf("reclaim did not copy the block to G4: %v", err)
+	}
+	if err := fs.store.Discard(ctx, id, 0, bs); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if _, err := fs.g3s.Stat(k); err == nil {
+		t.Fatal("FLUSH after TRIM returned while the reclaimed segment's G3 record of the block is still live")
+	}
+	fs.close(t)
+	fs.open(t, true)
+	defer fs.close(t)
+	if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, make([]byte, bs)) {
+		t.Fatal("after a restart the trimmed block reads its old bytes")
+	}
+}
