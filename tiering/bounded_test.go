@@ -241,3 +241,51 @@ func TestDataDirDeletedIsDegraded(t *testing.T) {
 		t.Fatalf("Stats.Degraded = %q after the data dir was deleted", d)
 	}
 }
+
+// TestFlushBoundedUnderRewrites: Flush of a file another writer keeps
+// dirty sees write-back progress on every put, but the file is never clean;
+// it must still return within 4 × WriteTimeout (tier.ErrUnavailable), not
+// wait while the writer goes on.
+func TestFlushBoundedUnderRewrites(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.WriteTimeout = time.Second })
+	defer fs.close(t)
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Delay: 30 * time.Millisecond})
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := fs.store.WriteAt(ctx, id, data(i, 4096), 0); err != nil {
+				t.Errorf("write: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = fs.store.Flush(fctx, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush still waiting after %v under a steady rewriter", time.Since(start))
+	}
+	if err != nil && !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("Flush = %v; want nil or ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("Flush took %v; bound is 4 × 1 s", d)
+	}
+	t.Logf("Flush under rewrites: %v after %v", err, time.Since(start))
+}

@@ -68,7 +68,8 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 	s.wbReady.broadcast()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastDone, lastProgress := s.wbDone.Load(), time.Now()
+	start := time.Now()
+	lastDone, lastProgress := s.wbDone.Load(), start
 	for {
 		ch := s.space.c()
 		if ok() && room() {
@@ -96,6 +97,9 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 				lastDone, lastProgress = d, time.Now()
 			} else if time.Since(lastProgress) >= s.cfg.WriteTimeout {
 				return s.stallError("write")
+			}
+			if time.Since(start) >= s.waitBound() {
+				return s.starveError("write")
 			}
 			s.needEvict.broadcast()
 			s.wbReady.broadcast()

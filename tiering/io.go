@@ -496,7 +496,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 	}
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
-	lastDone := s.wbDone.Load()
+	start, lastDone := time.Now(), s.wbDone.Load()
 	for {
 		o := s.get(id)
 		if o == nil {
@@ -523,12 +523,17 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 		s.wbReady.broadcast()
 		select {
 		case <-ch: // a block of the object was stored: progress
+			if time.Since(start) >= s.waitBound() {
+				return s.starveError(fmt.Sprintf("flush object %d", id))
+			}
 			stall.Reset(s.cfg.WriteTimeout)
 		case <-stall.C:
-			if d := s.wbDone.Load(); d != lastDone { // others' blocks drain first
+			if d := s.wbDone.Load(); d != lastDone && time.Since(start) < s.waitBound() { // others' blocks drain first
 				lastDone = d
 				stall.Reset(s.cfg.WriteTimeout)
 				continue
+			} else if d != lastDone {
+				return s.starveError(fmt.Sprintf("flush object %d", id))
 			}
 			return s.stallError(fmt.Sprintf("flush object %d", id))
 		case <-ctx.Done():
@@ -643,7 +648,7 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 	}
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
-	lastDone := s.wbDone.Load()
+	start, lastDone := time.Now(), s.wbDone.Load()
 	for {
 		o.mu.Lock()
 		if o.deleted {
@@ -667,12 +672,17 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 		}
 		select {
 		case <-ch:
+			if time.Since(start) >= s.waitBound() {
+				return s.starveError(fmt.Sprintf("flush export %d", o.id))
+			}
 			stall.Reset(s.cfg.WriteTimeout)
 		case <-stall.C:
-			if d := s.wbDone.Load(); d != lastDone {
+			if d := s.wbDone.Load(); d != lastDone && time.Since(start) < s.waitBound() {
 				lastDone = d
 				stall.Reset(s.cfg.WriteTimeout)
 				continue
+			} else if d != lastDone {
+				return s.starveError(fmt.Sprintf("flush export %d", o.id))
 			}
 			return s.stallError(fmt.Sprintf("flush export %d", o.id))
 		case <-ctx.Done():

@@ -75,7 +75,9 @@ type Config struct {
 	// fails with tier.ErrNoSpace when the tiers below G2 are full, else
 	// with tier.ErrUnavailable (ENOSPC and EIO at the front ends). It is
 	// also how long write-back retries a file block while the tiers below
-	// are unavailable before the object is dropped as lost.
+	// are unavailable before the object is dropped as lost. However much
+	// progress write-back makes on other blocks, no such wait lasts more
+	// than 4 × WriteTimeout in all (then tier.ErrUnavailable).
 	WriteTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger

@@ -400,6 +400,21 @@ func (s *Store) stallError(what string) error {
 	return fmt.Errorf("%s: no progress for %v: %w", what, s.cfg.WriteTimeout, tier.ErrUnavailable)
 }
 
+// waitBoundFactor times Config.WriteTimeout is the longest any writer or
+// Flush waits in all, even while write-back keeps making progress on other
+// blocks (a writer must not starve behind others' write-back for ever).
+const waitBoundFactor = 4
+
+// waitBound is the total bound on a writer's or Flush's wait.
+func (s *Store) waitBound() time.Duration { return waitBoundFactor * s.cfg.WriteTimeout }
+
+// starveError is the error of a writer or Flush that waited waitBound while
+// write-back made progress, but not enough for it: tier.ErrUnavailable
+// (EIO at the front ends; the caller may retry).
+func (s *Store) starveError(what string) error {
+	return fmt.Errorf("%s: still waiting after %v while write-back works on other blocks: %w", what, s.waitBound(), tier.ErrUnavailable)
+}
+
 // admitG3 decides whether a block leaving G2 goes to flash: always while G3
 // is under its high watermark; above it only when the frequency sketch has
 // recently referenced the block at least g3ReuseMinCount times (one-hit
