@@ -132,10 +132,13 @@ type Stats struct {
 	Demotions        map[string]int64 `json:"demotions"`    // blocks written to a tier by demotion/write-back, by target tier
 	Promotions       int64            `json:"promotions"`   // blocks copied up to G2 on read or prestage
 	AdmissionsDenied int64            `json:"admissions_refused"`
-	Dropped          map[string]int64 `json:"dropped"` // blocks dropped, by reason
-	CRCErrors        int64            `json:"crc_errors"`
-	ObjectsLost      int64            `json:"objects_lost"`
-	Objects          int64            `json:"objects"`
+	// Relocations counts export blocks G3 kept through a segment reclaim
+	// (tier.Relocator) because no other copy could be ordered safely.
+	Relocations int64            `json:"g3_relocations"`
+	Dropped     map[string]int64 `json:"dropped"` // blocks dropped, by reason
+	CRCErrors   int64            `json:"crc_errors"`
+	ObjectsLost int64            `json:"objects_lost"`
+	Objects     int64            `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

@@ -217,6 +217,16 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	s.c.evictions[tiG3].Add(1)
+	export := o.kind == KindNBD
+	if export && !b.inG4 && o.isBusy(k.Index) && s.relocateInG3(k) {
+		// A put or delete of this key is in flight (often the very
+		// write-back whose roll-over reclaims this segment), so neither a
+		// G4 copy nor a copy forward can be ordered against it. G3 keeps
+		// the record instead, ordered as before against that put: the
+		// flushed version stays stored until newer bytes replace it.
+		o.mu.Unlock()
+		return id, true
+	}
 	// Every path below forgets the G3 copy, but its record stays in the
 	// log on disk until G3 has taken the segment out of it, after this
 	// hook returns: a kill -9 before then finds it again at the next
@@ -226,7 +236,6 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	// returns while an older version could come back.
 	o.markStale(k.Index, staleG3)
 	s.gc(s.g3, k)
-	export := o.kind == KindNBD
 	if b.inG4 || (b.dirty && (!export || s.g4 == nil)) {
 		// G4 has it, or write-back will store the newer bytes (an export
 		// without G4 has nowhere to keep the older version meanwhile).
@@ -334,6 +343,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if b.dirty {
 		return id, true // write-back stores the newer bytes
 	}
+	if export && s.relocateInG3(k) {
+		// G4 did not take it: G3 keeps it (the key is busy with this
+		// hook's own span, so nothing can be ordered against it).
+		b.inG3 = true
+		o.clearStale(k.Index, staleG3)
+		return id, true
+	}
 	if export || !errors.Is(err, tier.ErrNoSpace) {
 		// Keep the bytes: write-back retries them (G4 did not answer; a
 		// full G4 would only fail again, so a cached file not in G2 is
@@ -344,6 +360,23 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	}
 	s.dropCount(dropNoSpace)
 	return id, false
+}
+
+// relocateInG3 asks G3 to keep k's record through the reclaim that called
+// DemoteFromG3 (tier.Relocator) and reports whether it did.
+func (s *Store) relocateInG3(k tier.Key) bool {
+	r, ok := s.g3.(tier.Relocator)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Relocate(ctx, k); err != nil {
+		s.logLimited("G3 could not keep a block through reclaim", "key", k.String(), "err", err)
+		return false
+	}
+	s.c.relocations.Add(1)
+	return true
 }
 
 // copyForwardLocked keeps block b's bytes (data, read from the segment G3

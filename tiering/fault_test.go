@@ -197,13 +197,7 @@ func TestReclaimedG3CopyDoesNotComeBack(t *testing.T) {
 	dir := t.TempDir()
 	fs := openFaultStack(t, dir, 8<<20, 0, true, nil)
 	const bs = 64 << 10
-	id, err := fs.store.Create("nbd", bs, tiering.KindNBD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.store.Truncate(ctx, id, 4*bs); err != nil {
-		t.Fatal(err)
-	}
+	id := newExport(t, fs, bs, 4)
 	if _, err := fs.store.WriteAt(ctx, id, data(9, bs), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -229,4 +223,63 @@ func TestReclaimedG3CopyDoesNotComeBack(t *testing.T) {
 	if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, make([]byte, bs)) {
 		t.Fatal("after a restart the trimmed block reads its old bytes")
 	}
+}
+
+// TestReclaimKeepsFlushedVersionOfBusyExportBlock: G3 reclaims the segment
+// holding the flushed version of an export block while the write-back of
+// its newer bytes is in flight (in the soak, that very put's roll-over
+// does the reclaim). Neither a G4 copy nor a copy forward can be ordered
+// against that put, and dropping the flushed version lost the block to a
+// kill -9 before the put landed (zeros after restart). G3 must keep the
+// record instead (Relocate), and the newer bytes still win once stored.
+func TestReclaimKeepsFlushedVersionOfBusyExportBlock(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil)
+	const bs = 64 << 10
+	id := newExport(t, fs, bs, 4)
+	v1, v2 := data(11, bs), data(12, bs)
+	if _, err := fs.store.WriteAt(ctx, id, v1, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	gate := faulttier.NewGate()
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Match: faulttier.Block(0), Gate: gate})
+	if _, err := fs.store.WriteAt(ctx, id, v2, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gate.Arrived():
+	case <-time.After(5 * time.Second):
+		t.Fatal("write-back of the newer bytes never reached G3")
+	}
+	k := tier.Key{Namespace: "nbd", Object: uint64(id), Index: 0, Gen: 1}
+	fs.store.DemoteFromG3([]tier.Key{k})
+	if got := fs.store.Stats().Relocations; got != 1 {
+		t.Fatalf("Relocations = %d; want 1 (the flushed version kept in G3)", got)
+	}
+	if got := fs.g3s.Stats().Relocated; got != 1 {
+		t.Fatalf("G3 Relocated = %d; want 1", got)
+	}
+	remove()
+	gate.Release()
+	flushWithin(t, fs.store, id, 10*time.Second)
+	fs.close(t)
+	fs.open(t, true)
+	defer fs.close(t)
+	if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, v2) {
+		t.Fatal("after restart the block does not read its newest flushed bytes")
+	}
+}
+
+// newExport creates an NBD export of blocks blocks of bs bytes.
+func newExport(t *testing.T, fs *faultStack, bs int, blocks int64) tiering.ObjectID {
+	t.Helper()
+	id, err := fs.store.Create("nbd", bs, tiering.KindNBD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.store.Truncate(context.Background(), id, blocks*int64(bs)); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -37,6 +37,7 @@ type counters struct {
 	evictions, demotions          [nTiers]atomic.Int64
 	promotions                    atomic.Int64
 	admissionsDenied              atomic.Int64
+	relocations                   atomic.Int64
 	dropped                       [nDrop]atomic.Int64
 	crcErrors                     atomic.Int64
 	objectsLost                   atomic.Int64

@@ -6,7 +6,7 @@
 // releases it, or every call of a kind fails until the fault is removed.
 //
 // A Tier is safe for concurrent use. It forwards the optional interfaces
-// the core looks for (Sync, tier.HealthReporter, tier.Expirer) to the
+// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Expirer) to the
 // wrapped tier.
 package faulttier
 
@@ -246,6 +246,15 @@ func (t *Tier) Sync(ctx context.Context) error {
 		return s.Sync(ctx)
 	}
 	return nil
+}
+
+// Relocate forwards tier.Relocator; a wrapped tier without it answers
+// tier.ErrNoSpace (nothing is kept, as when a relocating tier has no room).
+func (t *Tier) Relocate(ctx context.Context, k tier.Key) error {
+	if r, ok := t.Tier.(tier.Relocator); ok {
+		return r.Relocate(ctx, k)
+	}
+	return fmt.Errorf("faulttier: %s cannot relocate: %w", t.Tier.Name(), tier.ErrNoSpace)
 }
 
 // Healthy forwards tier.HealthReporter (true when the wrapped tier has none).

@@ -416,3 +416,59 @@ func copySegments(t *testing.T, dir, dst string) {
 		}
 	}
 }
+
+// TestRelocateKeepsBlockThroughReclaim: OnEvict relocates one of the keys
+// it is given; that block survives the reclaim and a reopen, while the
+// other blocks of the segment are gone; a later Put of the key wins over
+// the relocated record, also after a reopen.
+func TestRelocateKeepsBlockThroughReclaim(t *testing.T) {
+	dir := t.TempDir()
+	const bsz = 100 * kib
+	keep, other := k(1, 0), k(1, 1)
+	var s *Store
+	relocated := 0
+	var relocErr error
+	opts := Options{Dir: dir, SegmentBytes: mib, CapacityBytes: 8 * mib, HighWatermark: 0.5, LowWatermark: 0.25,
+		OnEvict: func(keys []tier.Key) {
+			for _, key := range keys {
+				if key == keep {
+					relocErr = s.Relocate(context.Background(), key)
+					relocated++
+				}
+			}
+		}}
+	s = openT(t, opts)
+	want := put(t, s, keep, bsz)
+	put(t, s, other, bsz)
+	for i := uint32(0); relocated == 0; i++ {
+		if i > 200 {
+			t.Fatal("no reclaim after 200 puts")
+		}
+		put(t, s, k(2, i), bsz)
+	}
+	if relocErr != nil {
+		t.Fatalf("Relocate: %v", relocErr)
+	}
+	mustRead(t, s, keep, want)
+	if _, err := get(s, other, bsz); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("unrelocated block after reclaim: %v; want ErrNotFound", err)
+	}
+	if st := s.Stats(); st.Relocated != 1 {
+		t.Fatalf("Stats.Relocated = %d; want 1", st.Relocated)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts.OnEvict = nil
+	s = openT(t, opts)
+	mustRead(t, s, keep, want)
+	newer := tiertest.Pattern(keep, bsz, 7)
+	if err := s.Put(context.Background(), keep, newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, opts)
+	mustRead(t, s, keep, newer)
+}

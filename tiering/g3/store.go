@@ -73,7 +73,7 @@ type entry struct {
 
 type counters struct {
 	crcErrors, torn, damagedSegs, reclaims, evicted, noSpace atomic.Int64
-	syncs                                                    atomic.Int64
+	syncs, relocated                                         atomic.Int64
 }
 
 // Stats are the store's counters since Open plus its current shape.
@@ -99,6 +99,8 @@ type Stats struct {
 	// Syncs counts segment fdatasyncs done by Sync (only segments written
 	// since their last one are synced).
 	Syncs int64
+	// Relocated counts blocks Relocate kept through a reclaim.
+	Relocated int64
 	// Segments is the number of segments in the log; SegmentBytes the
 	// bytes of all segment files, spares (reclaimed files kept for reuse)
 	// included.
@@ -189,6 +191,17 @@ func (s *Store) Put(ctx context.Context, k tier.Key, data []byte) error {
 	if len(k.Namespace) > maxNamespace {
 		return fmt.Errorf("g3: put %v: namespace longer than %d bytes", k, maxNamespace)
 	}
+	if err := s.appendBlock(ctx, k, data, 0); err != nil {
+		return fmt.Errorf("g3: put %v: %w", k, err)
+	}
+	return nil
+}
+
+// appendBlock writes data as a block record of k: with a new sequence
+// number at the end of the active segment (rolling over as needed) when
+// seq is 0, else with sequence number seq in the active segment as it is,
+// without rolling (Relocate; tier.ErrNoSpace when it has no room).
+func (s *Store) appendBlock(ctx context.Context, k tier.Key, data []byte, seq uint64) error {
 	hl, rl := headerLen(k.Namespace, len(data)), recordLen(k.Namespace, len(data))
 	// The record goes out as header + payload pages + a zero-padded last
 	// page. With O_DIRECT every buffer must be page-aligned: a caller's
@@ -216,9 +229,16 @@ func (s *Store) Put(ctx context.Context, k tier.Key, data []byte) error {
 		clear(buf[hl+len(data):])
 		hdr, iovs = buf[:hl], [][]byte{buf}
 	}
-	seg, off, seq, err := s.reserve(ctx, rl)
+	var seg *segment
+	var off int64
+	var err error
+	if seq == 0 {
+		seg, off, seq, err = s.reserve(ctx, rl)
+	} else {
+		seg, off, err = s.reserveInActive(rl)
+	}
 	if err != nil {
-		return fmt.Errorf("g3: put %v: %w", k, err)
+		return err
 	}
 	if inPlace {
 		encodeHeader(hdr, recBlock, k, data, seg.salt, seq)
@@ -227,9 +247,68 @@ func (s *Store) Put(ctx context.Context, k tier.Key, data []byte) error {
 	}
 	err = s.writeRecord(seg, iovs, rl, off)
 	s.publish(seg, k, entry{seg: seg, off: off, hdrLen: uint32(hl), plen: uint32(len(data)), seq: seq}, err)
-	if err != nil {
-		return fmt.Errorf("g3: put %v: %w", k, err)
+	return err
+}
+
+// reserveInActive allocates n bytes at the end of the active segment, with
+// no roll-over: tier.ErrNoSpace when there is no active segment or it has
+// no room. The caller must call publish for the reservation.
+func (s *Store) reserveInActive(n int) (*segment, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, 0, tier.ErrClosed
 	}
+	a := s.active
+	if a == nil || a.writeOff+int64(n) > a.size {
+		return nil, 0, fmt.Errorf("g3: no room in the active segment: %w", tier.ErrNoSpace)
+	}
+	off := a.writeOff
+	a.writeOff += int64(n)
+	a.inflight++
+	return a, off, nil
+}
+
+// Relocate keeps block k through the reclaim of the segment holding it:
+// called from OnEvict for a key it was given, it copies the block's record
+// into the active segment with the same sequence number, so that any newer
+// Put or Delete of k (in flight or later) still wins, in memory and at the
+// next Open, and a crash at any point leaves either copy of the same
+// record. A log-structured cleaner's relocation of a live record (LFS,
+// Rosenblum and Ousterhout, SOSP '91), asked for by the caller per key,
+// for blocks that have no other safe place while the segment goes.
+//
+// It returns nil also when k was overwritten or deleted meanwhile (nothing
+// to keep). Errors: tier.ErrNoSpace when the active segment has no room
+// (Relocate never rolls over: it runs inside one), tier.ErrNotFound when k
+// is not in the store, ErrCorrupt or an I/O error from reading it.
+func (s *Store) Relocate(ctx context.Context, k tier.Key) error {
+	s.mu.RLock()
+	e, ok := s.index[k]
+	s.mu.RUnlock()
+	if !ok || e.tomb {
+		return fmt.Errorf("g3: relocate %v: %w", k, tier.ErrNotFound)
+	}
+	buf := s.bufs.Get(int(e.plen))
+	defer s.bufs.Put(buf)
+	data := buf[:e.plen]
+	n, err := s.Get(ctx, k, data, 0)
+	if err != nil {
+		return fmt.Errorf("g3: relocate %v: %w", k, err)
+	}
+	s.mu.RLock()
+	cur, ok := s.index[k]
+	s.mu.RUnlock()
+	if !ok || cur.seq != e.seq {
+		return nil // superseded while it was read: the newer state stands
+	}
+	if n != len(data) {
+		return fmt.Errorf("g3: relocate %v: read %d of %d bytes", k, n, len(data))
+	}
+	if err := s.appendBlock(ctx, k, data, e.seq); err != nil {
+		return fmt.Errorf("g3: relocate %v: %w", k, err)
+	}
+	s.st.relocated.Add(1)
 	return nil
 }
 
@@ -546,7 +625,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		CRCErrors: s.st.crcErrors.Load(), TornRecords: s.st.torn.Load(), DamagedSegments: s.st.damagedSegs.Load(),
 		Reclaims: s.st.reclaims.Load(), Evicted: s.st.evicted.Load(), NoSpace: s.st.noSpace.Load(),
-		Syncs:    s.st.syncs.Load(),
+		Syncs: s.st.syncs.Load(), Relocated: s.st.relocated.Load(),
 		Segments: n, SegmentBytes: b, Direct: s.direct,
 	}
 }

@@ -113,6 +113,17 @@ type HealthReporter interface {
 	Healthy() bool
 }
 
+// Relocator is implemented by log-structured tiers that reclaim space a
+// segment at a time and call back with the live blocks first (G3's
+// OnEvict). Relocate, called from inside that callback for one of the keys
+// it was given, keeps the block in the tier through the reclaim, unchanged
+// and ordered as before against any newer put or delete of the key.
+// Errors: ErrNoSpace when there is no room to keep it, ErrNotFound, I/O
+// and checksum errors.
+type Relocator interface {
+	Relocate(ctx context.Context, k Key) error
+}
+
 // Expirer is implemented by tiers whose blocks expire after a TTL (G4).
 // ExpireBefore deletes every block stored before t and returns how many.
 type Expirer interface {
