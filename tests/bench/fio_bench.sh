@@ -30,7 +30,8 @@
 # Environment: SIZE (fio file, default 1G), RUNTIME (randread s, default 10),
 # FILES (kv files, default 2000), ROUNDS (default 3), DIRECT (fio direct=,
 # default 0), QUICK=1 (defaults SIZE=256M RUNTIME=3 FILES=500 ROUNDS=1),
-# DAEMON_PID (ctxmemd's pid: memory row), DRAM/G3_SIZE (standalone daemon,
+# DAEMON_PID (ctxmemd's pid: memory row), ADMIN_SOCK (its admin socket:
+# G2 residency line), DRAM/G3_SIZE (standalone daemon,
 # default 4GiB/8GiB), PASSTHROUGH/PASSTHROUGH_WHY (the caller's probe).
 # Needs fio, jq and go (for kvjob). Exit status 0 when every job ran.
 set -euo pipefail
@@ -81,11 +82,12 @@ if [[ $# -eq 0 ]]; then
 	probe_passthrough "$work"
 	TMPFS_DIR=$(mktemp -d /dev/shm/ctxmem-bench-tmpfs.XXXXXX)
 	cleanup+=("$TMPFS_DIR")
-	MOUNT_DIR=$CTXMEMD_DIR DAEMON_PID=$CTXMEMD_PID
+	MOUNT_DIR=$CTXMEMD_DIR DAEMON_PID=$CTXMEMD_PID ADMIN_SOCK=$work/data/admin.sock
 else
 	MOUNT_DIR=$1 TMPFS_DIR=$2 LOOPBACK_DIR=${3:-}
 fi
 DAEMON_PID=${DAEMON_PID:-}
+ADMIN_SOCK=${ADMIN_SOCK:-}
 for d in "$MOUNT_DIR" "$TMPFS_DIR" ${LOOPBACK_DIR:+"$LOOPBACK_DIR"}; do
 	[[ -d $d ]] || { echo "fio_bench: $d is not a directory" >&2; exit 2; }
 done
@@ -245,4 +247,11 @@ if [[ -n $DAEMON_PID && -r /proc/$DAEMON_PID/status ]]; then
 	mib() { median ctxmemd "$1" | awk '{print int($1 / 1024)}'; }
 	printf 'ctxmemd memory (--dram %s): peak RSS (VmHWM) %d MiB over the whole run; sampled every 50 ms during the KV job: VmRSS up to %s MiB (RssAnon %s, RssShmem %s)\n' \
 		"$DRAM" $((hwm / 1024)) "$(mib rss_kib)" "$(mib anon_kib)" "$(mib shmem_kib)"
+fi
+if [[ -n $ADMIN_SOCK && -S $ADMIN_SOCK ]] && st=$(./bin/ctxmemd status --admin "$ADMIN_SOCK" --json 2>/dev/null); then
+	jq -r '.stats | "ctxmemd G2 residency (daemon counters since start): bytes read from " +
+		([(.byte_hits // {}) | to_entries[] | "\(.key) \(.value / 1048576 | floor) MiB"] | join(", ")) +
+		"; block misses \(.block_misses); evictions " + ((.evictions // {}) | tostring) +
+		(if ([(.byte_hits // {}) | to_entries[] | select(.key != "G2" and .value > 0)] | length) == 0 and ((.evictions.G2 // 0) == 0)
+		 then " -> every read was served from G2" else " -> NOT all reads came from G2" end)' <<<"$st"
 fi
