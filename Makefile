@@ -2,8 +2,9 @@
 #
 #   make run     build and run the daemon on the embedded default (foreground)
 #   make test    vet, format check, unit + conformance + end-to-end tests (-race)
-#   make bench   benchmarks (Go benchmarks, fio through the mount vs tmpfs,
-#                trace replay); long, not part of make test
+#   make bench   benchmarks (Go benchmarks, fio and KV jobs on tmpfs vs the
+#                mount vs go-fuse loopback, trace replay, NBD, ...); long, not
+#                part of make test. Quick look: make bench BENCH_ONLY=fio QUICK=1
 #   make fuzz    every fuzz target for FUZZTIME each (default 5m; see
 #                tests/fuzz.sh); long, not part of make test
 #   make man     the manual page, build/ctxmemd.1.gz (from `ctxmemd man`)
@@ -75,11 +76,15 @@ test: deps-test fmt-check vet
 fuzz:
 	GO=$(GO) bash tests/fuzz.sh $(FUZZTIME)
 
+# BENCH_ONLY=fio,nbd runs only those sections of tests/bench/run.sh (and
+# skips the Go benchmarks below); QUICK=1 shortens them (see run.sh).
 bench: deps-test build
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...
-	$(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/
-	$(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/
-	bash tests/bench/run.sh
+	@if [ -z "$(BENCH_ONLY)" ]; then set -e; \
+	  $(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...; \
+	  $(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/; \
+	  $(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/; \
+	fi
+	BENCH_ONLY=$(BENCH_ONLY) QUICK=$(QUICK) bash tests/bench/run.sh
 
 # Crash soak (tests/soak): SOAK_CYCLES cycles (about 1-1.5 s each), or until
 # SOAK_DURATION (a Go duration, e.g. 30m) if that comes first. SOAK_SEED
