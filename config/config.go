@@ -78,6 +78,11 @@ type Config struct {
 	// are full, EIO otherwise); also how long write-back retries a file
 	// block while those tiers are unavailable (tiering.Config.WriteTimeout).
 	WriteTimeout time.Duration
+	// WriteBackDelay is how long a dirty block's write-back waits after
+	// its latest write (coalescing; 0 = at once; at most 1s). fsync, NBD
+	// FLUSH/FUA and the close of a file's last writer never wait for it
+	// (tiering.Config.WriteBackDelay).
+	WriteBackDelay time.Duration
 	// BlockSize is the default namespace block size in bytes (power of two,
 	// 4 KiB–4 MiB).
 	BlockSize int

@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/ctxmem/ctxmemd/tiering"
+
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -115,15 +117,27 @@ func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno
 	t.mu.RLock()
 	n.mu.Lock()
 	n.opens--
+	lastWriter := false
 	if h.write {
 		n.writers--
+		lastWriter = n.writers == 0
 	}
 	if len(n.links) == 0 {
 		releaseUnreachable(n)
 	}
+	obj := n.obj
 	n.mu.Unlock()
 	t.mu.RUnlock()
+	if e, ok := fn.fsys.be.(expediter); ok && lastWriter {
+		e.Expedite(obj) // nothing more is coming: write back now
+	}
 	return 0
+}
+
+// expediter is implemented by backends that hold back the write-back of
+// blocks being written (tiering.Store.Expedite).
+type expediter interface {
+	Expedite(id tiering.ObjectID)
 }
 
 // releaseUnreachable gives back the quota and statfs usage of a file that

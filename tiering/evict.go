@@ -33,7 +33,8 @@ func (s *Store) evictLoop() {
 				r, ok := s.place.victim()
 				s.g2mu.Unlock()
 				if !ok {
-					break // everything left is dirty or pinned
+					s.expediteAll() // dirty blocks held back become evictable sooner
+					break           // everything left is dirty or pinned
 				}
 				if !s.evictOne(r) {
 					kept = append(kept, r)
@@ -399,7 +400,7 @@ func (s *Store) copyForwardLocked(o *object, b *blockState, k tier.Key, data []b
 		b.g2.Store(ng)
 		g = ng
 	}
-	s.markDirtyLocked(o, b, r, g)
+	s.markDirtyLocked(o, b, r, g, true)
 	if !o.metaDirty {
 		_ = s.markMetaDirty(o)
 	}

@@ -61,6 +61,9 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 		return nil
 	}
 	s.c.writerWaits.Add(1)
+	if !ok() {
+		s.expediteAll()
+	}
 	for w := s.roomWanted.Load(); need > w && !s.roomWanted.CompareAndSwap(w, need); w = s.roomWanted.Load() {
 	}
 	defer s.roomWanted.CompareAndSwap(need, 0)

@@ -376,14 +376,14 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		return nil
 	}
 	b.version = o.wseq
-	s.markDirtyLocked(o, b, r, g)
+	s.markDirtyLocked(o, b, r, g, g.n >= o.bs) // a full block is stored at once
 	s.touch(r, false)
 	return nil
 }
 
 // markDirtyLocked makes block r (state b, G2 copy g) dirty, out of the
 // eviction order and queued for write-back. o.mu held for writing.
-func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block) {
+func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block, urgent bool) {
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++
@@ -393,10 +393,7 @@ func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block) {
 		s.place.remove(r)
 		s.g2mu.Unlock()
 	}
-	if !b.queued {
-		b.queued = true
-		s.enqueueWB(r)
-	}
+	s.queueDirtyLocked(o, b, r, urgent)
 }
 
 // Truncate sets the object's size. Size 0 starts a new generation (every
@@ -518,6 +515,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			}
 			return s.syncTiers(ctx)
 		}
+		s.expediteLocked(o)
 		ch := o.flushed
 		o.mu.Unlock()
 		s.wbReady.broadcast()
@@ -628,6 +626,7 @@ func (s *Store) flushExport(ctx context.Context, o *object) error {
 		}
 		o.persisted = true
 	}
+	s.expediteLocked(o)
 	snap := make(map[uint32]uint64, o.dirty)
 	for idx, b := range o.blocks {
 		if b.dirty {

@@ -56,6 +56,14 @@ type blockState struct {
 	cleanVer uint64
 	retries  int       // consecutive failed write-backs
 	failedAt time.Time // first of those failures
+	// Coalescing (coalesce.go): a dirty block queued but held back while
+	// it is being written waits in the delayed list until delayUntil
+	// (unix ns; 0: not held back, in the write-back queue if queued);
+	// dirtySince (unix ns) is its first write since it was last stored,
+	// which bounds the holding back; delaySeq names its current entry in
+	// the delayed list (older entries of the block are skipped).
+	delayUntil, dirtySince int64
+	delaySeq               uint64
 }
 
 // object is the in-memory state of one object.

@@ -69,6 +69,15 @@ type Config struct {
 	ColdThreshold float64
 	// FlushWorkers is the number of write-back goroutines (default 4).
 	FlushWorkers int
+	// WriteBackDelay is how long a dirty block's write-back is held back
+	// after its latest write (default 30 ms; negative: never held back), so
+	// a block written piecemeal (small NBD writes, a file written in
+	// pieces) is stored once rather than after every write. A block is
+	// never held back longer than 10 × WriteBackDelay after its first
+	// write, nor at all once it was written whole, while dirty bytes are
+	// above half their bound, or once Flush, Expedite or Close asks for
+	// its object; acknowledged flushes keep their contract exactly.
+	WriteBackDelay time.Duration
 	// WriteTimeout bounds how long a writer waits without progress (default
 	// 30 s): a WriteAt waiting for G2 room or for dirty bytes to drain, a
 	// Flush waiting for its blocks to be written back. Past it the call
@@ -123,6 +132,9 @@ func (c *Config) setDefaults() error {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.WriteBackDelay == 0 {
+		c.WriteBackDelay = DefaultWriteBackDelay
+	}
 	if c.WriteTimeout < 0 {
 		return fmt.Errorf("%w: write timeout %v is negative", ErrInvalid, c.WriteTimeout)
 	}
@@ -164,6 +176,8 @@ type Store struct {
 	wbmu    sync.Mutex
 	wbQueue []bref
 	wbReady *signal
+
+	delay delayed // dirty blocks held back while being written (coalesce.go)
 
 	cleanMu    sync.Mutex
 	cleanQueue []cleanItem
@@ -227,6 +241,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		space:      newSignal(),
 		needEvict:  newSignal(),
 		wbReady:    newSignal(),
+		delay:      delayed{ready: newSignal()},
 		gcReady:    newSignal(),
 		cleanReady: newSignal(),
 	}
@@ -251,7 +266,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.watchDataDir(id)
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.delayLoop()
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
@@ -277,6 +293,7 @@ func (s *Store) CloseContext(ctx context.Context) error {
 		return nil
 	}
 	var err error
+	s.expediteAll() // closed is set: nothing is held back from now on
 	// Polled as well: the write-back queue also drains without a space
 	// broadcast (entries of lost or deleted objects are just dropped).
 	if werr := s.space.waitPoll(ctx, 50*time.Millisecond, func() bool { return s.g2dirty.Load() == 0 && s.wbLen() == 0 }); werr != nil {

@@ -163,6 +163,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	s.wbErr.Store(nil)
 	if b.version == ver && b.dirty {
 		b.dirty = false
+		b.dirtySince = 0
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
 		b.dirtyN = 0

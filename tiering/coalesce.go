@@ -1,0 +1,220 @@
+package tiering
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultWriteBackDelay is Config.WriteBackDelay's default.
+const DefaultWriteBackDelay = 30 * time.Millisecond
+
+// delayMaxAge times Config.WriteBackDelay bounds how long a block written
+// again and again is held back after its first write.
+const delayMaxAge = 10
+
+// Coalescing write-back. A write makes its block dirty; storing the block
+// at once means a block written in eight 4 KiB pieces (NBD, or a file
+// written in small writes) is stored eight times, each time whole. So a
+// dirty block is held back (the delayed list) until it has not been written
+// for Config.WriteBackDelay, and only then queued for write-back, as the
+// page cache's dirty expiry and bcache's writeback delay do. It is queued at
+// once instead when
+//   - the write filled the block (nothing left to coalesce),
+//   - dirty bytes are above half their bound (writers would soon wait),
+//   - Flush, Expedite or Close asks for its object or for every object,
+//   - it has been dirty for delayMaxAge × WriteBackDelay (a block written
+//     without pause is still stored regularly).
+//
+// Holding back changes no durability contract: Flush (fsync, NBD FLUSH,
+// FUA) expedites the object's held-back blocks before it waits, so it
+// returns exactly when it did before; a crash loses the same unflushed
+// writes it always could.
+//
+// The list is in order of entry; an entry's due time only moves later
+// (the block is written again), so the owner goroutine (delayLoop) sleeps
+// until the front entry is due and requeues entries that are not due yet.
+
+// delayed is the store's list of held-back blocks.
+type delayed struct {
+	mu    sync.Mutex
+	items []delayItem // items[head:] are the entries, oldest first
+	head  int
+	ready *signal     // broadcast when the front may have become due
+	all   atomic.Bool // expedite every held-back block now
+}
+
+// delayItem is one entry: block r, due at unix ns due, valid while the
+// block's delaySeq is still seq.
+type delayItem struct {
+	r   bref
+	due int64
+	seq uint64
+}
+
+// coalescing reports whether write-back is held back at all.
+func (s *Store) coalescing() bool { return s.cfg.WriteBackDelay > 0 && !s.volatile }
+
+// queueDirtyLocked queues dirty block b (ref r) for write-back: at once
+// when urgent or not coalescing, else held back (see above). A block held
+// back and written again is held back longer; one already queued for
+// write-back stays queued. o.mu held for writing.
+func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) {
+	now := time.Now().UnixNano()
+	if b.dirtySince == 0 {
+		b.dirtySince = now
+	}
+	if !urgent && s.coalescing() && !s.closed.Load() && !s.delay.all.Load() &&
+		s.g2dirty.Load() <= s.limits().Dirty/2 {
+		due := min(now+int64(s.cfg.WriteBackDelay), b.dirtySince+delayMaxAge*int64(s.cfg.WriteBackDelay))
+		switch {
+		case !b.queued:
+			b.queued = true
+			b.delayUntil = due
+			b.delaySeq++
+			s.pushDelayed(delayItem{r, due, b.delaySeq})
+		case b.delayUntil != 0:
+			b.delayUntil = max(b.delayUntil, due)
+		}
+		return
+	}
+	switch {
+	case !b.queued:
+		b.queued = true
+		s.enqueueWB(r)
+	case b.delayUntil != 0:
+		b.delayUntil = 0 // its delayed entry is skipped
+		s.enqueueWB(r)
+	}
+}
+
+// expediteLocked queues every held-back block of o for write-back now.
+// o.mu held for writing.
+func (s *Store) expediteLocked(o *object) {
+	for idx, b := range o.blocks {
+		if b.queued && b.delayUntil != 0 {
+			b.delayUntil = 0
+			s.enqueueWB(bref{o.id, idx})
+		}
+	}
+}
+
+// Expedite queues the held-back dirty blocks of object id for write-back
+// now (a file's last writer closed it: nothing more is coming). Unknown
+// ids are ignored.
+func (s *Store) Expedite(id ObjectID) {
+	o := s.get(id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if !o.deleted {
+		s.expediteLocked(o)
+	}
+	o.mu.Unlock()
+}
+
+// expediteAll makes delayLoop queue every held-back block now (dirty bytes
+// high, G2 full of dirty blocks, Close). Until the list is empty new dirty
+// blocks are not held back either.
+func (s *Store) expediteAll() {
+	if !s.coalescing() {
+		return
+	}
+	s.delay.all.Store(true)
+	s.delay.ready.broadcast()
+}
+
+func (s *Store) pushDelayed(it delayItem) {
+	s.delay.mu.Lock()
+	first := len(s.delay.items) == s.delay.head
+	s.delay.items = append(s.delay.items, it)
+	s.delay.mu.Unlock()
+	if first {
+		s.delay.ready.broadcast()
+	}
+}
+
+// delayLoop moves held-back blocks to the write-back queue when due.
+func (s *Store) delayLoop() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		ch := s.delay.ready.c()
+		wait := s.releaseDue()
+		if wait > 0 {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-s.ctx.Done():
+			return
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// releaseDue queues the due entries (every entry when expediteAll was
+// asked) and returns how long until the front one is due (0: list empty).
+func (s *Store) releaseDue() time.Duration {
+	for {
+		all := s.delay.all.Load()
+		now := time.Now().UnixNano()
+		s.delay.mu.Lock()
+		d := &s.delay
+		var due []delayItem
+		for ; d.head < len(d.items) && (all || d.items[d.head].due <= now); d.head++ {
+			due = append(due, d.items[d.head])
+		}
+		if d.head > 1024 && d.head > len(d.items)/2 {
+			d.items = append(d.items[:0], d.items[d.head:]...) // compact
+			d.head = 0
+		}
+		left := len(d.items) - d.head
+		var next int64
+		if left > 0 {
+			next = d.items[d.head].due
+		}
+		if all && left == 0 {
+			s.delay.all.Store(false)
+		}
+		s.delay.mu.Unlock()
+		for _, it := range due {
+			s.releaseOne(it, all, now)
+		}
+		if len(due) == 0 || all {
+			if left == 0 {
+				return 0
+			}
+			return max(time.Duration(next-now), time.Millisecond)
+		}
+	}
+}
+
+// releaseOne queues block it.r for write-back if the entry is current and
+// due (or force), or holds it back again until its later due time.
+func (s *Store) releaseOne(it delayItem, force bool, now int64) {
+	o := s.get(it.r.id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := o.blocks[it.r.idx]
+	if o.deleted || b == nil || b.delaySeq != it.seq || !b.queued || b.delayUntil == 0 {
+		return // written back, dropped or expedited since
+	}
+	if !force && b.delayUntil > now {
+		s.pushDelayed(delayItem{it.r, b.delayUntil, it.seq})
+		return
+	}
+	b.delayUntil = 0
+	s.enqueueWB(it.r)
+}
