@@ -134,11 +134,17 @@ type Stats struct {
 	AdmissionsDenied int64            `json:"admissions_refused"`
 	// Relocations counts export blocks G3 kept through a segment reclaim
 	// (tier.Relocator) because no other copy could be ordered safely.
-	Relocations int64            `json:"g3_relocations"`
-	Dropped     map[string]int64 `json:"dropped"` // blocks dropped, by reason
-	CRCErrors   int64            `json:"crc_errors"`
-	ObjectsLost int64            `json:"objects_lost"`
-	Objects     int64            `json:"objects"`
+	Relocations int64 `json:"g3_relocations"`
+	// PassthroughOpens counts opens served by passthrough from a memory
+	// file (OpenPassthrough); PassthroughObjects is how many objects hold
+	// one now and PassthroughOpen how many of them are open that way.
+	PassthroughOpens   int64            `json:"passthrough_opens"`
+	PassthroughObjects int64            `json:"passthrough_objects"`
+	PassthroughOpen    int64            `json:"passthrough_open"`
+	Dropped            map[string]int64 `json:"dropped"` // blocks dropped, by reason
+	CRCErrors          int64            `json:"crc_errors"`
+	ObjectsLost        int64            `json:"objects_lost"`
+	Objects            int64            `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

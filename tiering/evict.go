@@ -85,7 +85,7 @@ func (s *Store) evictOne(r bref) bool {
 func (s *Store) evictBlock(o *object, r bref) {
 	o.mu.Lock()
 	b := o.blocks[r.idx]
-	if o.deleted || b == nil || b.dirty || o.pinned || b.g2.Load() == nil {
+	if o.deleted || b == nil || b.dirty || o.held() || b.g2.Load() == nil {
 		o.mu.Unlock()
 		return
 	}
@@ -120,7 +120,7 @@ func (s *Store) evictBlock(o *object, r bref) {
 					s.discardCopyLocked(o, r.idx, s.g3, k)
 				}
 				s.endBusyLocked(o, r.idx, true)
-				if !live || b.dirty || o.pinned {
+				if !live || b.dirty || o.held() {
 					o.mu.Unlock()
 					return
 				}
@@ -149,6 +149,10 @@ var errNoLowerTier = errors.New("evicted from G2: no tier below it")
 func (s *Store) evictObject(o *object) bool {
 	o.mu.RLock()
 	gone := o.deleted || o.pinned || o.kind == KindNBD
+	if !gone && o.held() {
+		o.mu.RUnlock()
+		return false // open by passthrough: kept for now
+	}
 	recent := o.writers.Load() > 0 || time.Since(time.Unix(0, o.lastWrite.Load())) < volatileWriteGrace
 	blocks := len(o.blocks)
 	o.mu.RUnlock()
@@ -389,7 +393,7 @@ func (s *Store) copyForwardLocked(o *object, b *blockState, k tier.Key, data []b
 	b.inG3 = false
 	g := b.g2.Load()
 	if g == nil {
-		ng, err := s.allocG2(max(len(data), 1), o.pinned)
+		ng, err := s.allocBlock(o, k.Index, max(len(data), 1))
 		if err != nil {
 			s.log.Error("block lost: no G2 buffer to copy it forward", "key", k.String(), "err", err)
 			s.dropCount(dropNoSpace)

@@ -39,8 +39,22 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 	if pinned {
 		s.g2pinned.Add(-int64(len(g.buf)))
 	}
-	s.pool.put(g.buf)
+	if g.mf != nil {
+		g.mf.punch(g.off, int64(len(g.buf)))
+	} else {
+		s.pool.put(g.buf)
+	}
 	s.space.broadcast()
+}
+
+// allocBlock returns a zeroed G2 buffer for block idx of o that will hold
+// at least n bytes: a slice of o's memory file when it has one, else a
+// pool buffer (allocG2). o.mu held.
+func (s *Store) allocBlock(o *object, idx uint32, n int) (*g2block, error) {
+	if o.mf != nil {
+		return s.memBlock(o, idx, n)
+	}
+	return s.allocG2(n, o.pinned)
 }
 
 // waitRoom blocks a writer (holding no lock) until G2 has room for need

@@ -104,7 +104,7 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	}
 	if g != nil {
 		copyBlock(dst, g, boff)
-		s.touch(r, !b.dirty && !o.pinned)
+		s.touch(r, !b.dirty && !o.held())
 		s.countHit(src, len(dst)) // a promoted block is a hit of the tier it came from
 		return src, nil
 	}
@@ -187,7 +187,7 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 // or writing.
 func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, int, error) {
 	blen := o.blockLen(idx)
-	g, err := s.allocG2(max(blen, 1), o.pinned)
+	g, err := s.allocBlock(o, idx, max(blen, 1))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -198,7 +198,13 @@ func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blo
 	}
 	g.n = blen
 	if !b.g2.CompareAndSwap(nil, g) {
-		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		if g.mf != nil {
+			// Another reader promoted the same bytes into the same pages
+			// of the memory file: only the accounting is undone.
+			s.unaccountG2(g, o.pinned)
+		} else {
+			s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		}
 		return b.g2.Load(), tiG2, nil
 	}
 	s.c.promotions.Add(1)
@@ -224,7 +230,7 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if _, _, err := s.promoteLocked(ctx, o, idx, b); err != nil {
 		return err
 	}
-	s.touch(bref{o.id, idx}, !b.dirty && !o.pinned)
+	s.touch(bref{o.id, idx}, !b.dirty && !o.held())
 	return nil
 }
 
@@ -326,7 +332,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		if b.inG3 || b.inG4 {
 			oldLen = o.blockLen(idx)
 		}
-		ng, err := s.allocG2(max(need, oldLen), o.pinned)
+		ng, err := s.allocBlock(o, idx, max(need, oldLen))
 		if err != nil {
 			return err
 		}
@@ -340,6 +346,10 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		}
 		b.g2.Store(ng)
 		g = ng
+	} else if g.mf != nil {
+		if err := g.mf.grow(g.off + int64(need)); err != nil {
+			return err // the file must cover the bytes before they are written
+		}
 	} else if len(g.buf) < need {
 		ng, err := s.allocG2(need, o.pinned)
 		if err != nil {
@@ -372,7 +382,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		// Nothing to write back to: the block is as clean as it will
 		// ever be, and evictable (whole objects, see evictOne).
 		b.version = o.wseq
-		s.touch(r, !o.pinned)
+		s.touch(r, !o.held())
 		return nil
 	}
 	b.version = o.wseq
@@ -412,6 +422,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		o.mu.Unlock()
 		return errAwaitG4
 	}
+	s.adoptIfWrittenLocked(o)
 	if size == o.size && size != 0 {
 		o.mu.Unlock()
 		return nil
@@ -427,6 +438,11 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		o.gen++
 		o.stale = nil // copies of the old generation's keys are garbage, never read
 		o.size = 0
+		if o.mf != nil {
+			if err := o.mf.setSize(0); err != nil {
+				s.log.Error("memory file truncate", "object", o.id, "err", err)
+			}
+		}
 		s.scheduleClean(o)
 		o.mu.Unlock()
 		return nil
@@ -455,6 +471,11 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	}
 	if err == nil {
 		o.size = size
+		if o.mf != nil {
+			// After the bytes past the new end were dropped (a shrink) or
+			// before any write into the new range (a growth).
+			err = o.mf.setSize(size)
+		}
 		s.scheduleClean(o)
 	}
 	o.mu.Unlock()
@@ -494,6 +515,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
 	start, lastDone := time.Now(), s.wbDone.Load()
+	adopted := false
 	for {
 		o := s.get(id)
 		if o == nil {
@@ -503,6 +525,10 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 		if o.deleted {
 			o.mu.Unlock()
 			return ErrNotExist
+		}
+		if !adopted {
+			s.adoptIfWrittenLocked(o) // fsync covers passthrough writes made so far
+			adopted = true
 		}
 		if o.clean() {
 			var err error
@@ -576,6 +602,7 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		o.mu.Unlock()
 		return errAwaitG4
 	}
+	s.adoptIfWrittenLocked(o)
 	end := min(off+length, o.size)
 	if off >= end {
 		o.mu.Unlock()

@@ -71,7 +71,7 @@ func (s *Store) movable(ctx context.Context, id ObjectID) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	pinned := o.pinned
+	pinned := o.held() // pinned, or open by passthrough
 	o.mu.RUnlock()
 	if pinned {
 		return nil, fmt.Errorf("object %d: %w", id, ErrPinned)
@@ -102,7 +102,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 	if o.deleted {
 		return false, 0, ErrNotExist
 	}
-	if b == nil || b.dirty || o.isBusy(idx) || o.pinned {
+	if b == nil || b.dirty || o.isBusy(idx) || o.held() {
 		return false, 0, nil // rewritten meanwhile: its write-back places it
 	}
 	k := o.key(idx)
@@ -194,7 +194,7 @@ func (s *Store) Demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 		o.mu.RLock()
 		if b.g2.Load() == nil {
 			res.Released++
-		} else if !b.dirty && !o.pinned && !o.deleted {
+		} else if !b.dirty && !o.held() && !o.deleted {
 			// Still resident (the G3 copy failed): give it back to the
 			// eviction order so the block does not become unevictable.
 			s.g2mu.Lock()

@@ -31,6 +31,12 @@ func (r bref) hash() uint64 {
 type g2block struct {
 	buf []byte
 	n   int
+	// mf is set for a block held in its object's memory file
+	// (passthrough.go): buf is a slice of the file's mapping at byte off
+	// of the file, and freeing it punches a hole there instead of
+	// returning buf to the pool.
+	mf  *memFile
+	off int64
 }
 
 // blockState tracks one written block of an object. A block that was never
@@ -112,7 +118,14 @@ type object struct {
 	// flushed is closed (and replaced) whenever the object becomes clean
 	// on disk; Flush waits on it.
 	flushed chan struct{}
+	// mf is the object's memory file once it was opened for passthrough
+	// (passthrough.go); nil otherwise.
+	mf *memFile
 }
+
+// held reports whether o's G2 blocks must stay resident: pinned, or open
+// by passthrough (freeing a block would hole the file under its readers).
+func (o *object) held() bool { return o.pinned || (o.mf != nil && o.mf.opens > 0) }
 
 // Tier bits of object.stale.
 const (
@@ -171,7 +184,7 @@ func (o *object) blockLen(idx uint32) int {
 }
 
 func (o *object) info() ObjectInfo {
-	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.size, Gen: o.gen, BlockSize: o.bs,
+	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.ptSize(), Gen: o.gen, BlockSize: o.bs,
 		Pinned: o.pinned, Dirty: o.dirty > 0, Created: o.created, Kind: o.kind}
 }
 

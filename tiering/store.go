@@ -78,6 +78,10 @@ type Config struct {
 	// above half their bound, or once Flush, Expedite or Close asks for
 	// its object; acknowledged flushes keep their contract exactly.
 	WriteBackDelay time.Duration
+	// PassthroughMaxBytes is the largest object OpenPassthrough serves
+	// from a memory file (default 256 MiB; larger ones go through the
+	// daemon, so opening one never reads that much into G2 at once).
+	PassthroughMaxBytes int64
 	// WriteTimeout bounds how long a writer waits without progress (default
 	// 30 s): a WriteAt waiting for G2 room or for dirty bytes to drain, a
 	// Flush waiting for its blocks to be written back. Past it the call
@@ -131,6 +135,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
+	}
+	if c.PassthroughMaxBytes == 0 {
+		c.PassthroughMaxBytes = DefaultPassthroughMaxBytes
 	}
 	if c.WriteBackDelay == 0 {
 		c.WriteBackDelay = DefaultWriteBackDelay
@@ -307,9 +314,13 @@ func (s *Store) CloseContext(ctx context.Context) error {
 	for _, o := range s.objects {
 		o.mu.Lock()
 		for _, b := range o.blocks {
-			if g := b.g2.Swap(nil); g != nil {
+			if g := b.g2.Swap(nil); g != nil && g.mf == nil {
 				s.pool.put(g.buf)
 			}
+		}
+		if o.mf != nil {
+			o.mf.close()
+			o.mf = nil
 		}
 		o.mu.Unlock()
 	}
@@ -474,6 +485,10 @@ func (s *Store) dropObjectLocked(o *object) {
 	o.deleted = true
 	for idx := range o.blocks {
 		s.dropBlockLocked(o, idx)
+	}
+	if o.mf != nil {
+		o.mf.close() // the kernel keeps its own reference for open files
+		o.mf = nil
 	}
 	s.signalFlushed(o)
 }
@@ -794,16 +809,30 @@ func (s *Store) Stats() Stats {
 		WriterWaits: s.c.writerWaits.Load(),
 		Evictions:   tierMap(&s.c.evictions), Demotions: tierMap(&s.c.demotions),
 		Promotions: s.c.promotions.Load(), AdmissionsDenied: s.c.admissionsDenied.Load(),
-		Relocations: s.c.relocations.Load(),
-		Dropped:     make(map[string]int64, nDrop),
-		CRCErrors:   s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
+		Relocations: s.c.relocations.Load(), PassthroughOpens: s.c.ptOpens.Load(),
+		Dropped:   make(map[string]int64, nDrop),
+		CRCErrors: s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
 	}
 	for i := range dropNames {
 		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()
 	}
 	s.mu.RLock()
 	st.Objects = int64(len(s.objects))
+	objs := make([]*object, 0, len(s.objects))
+	for _, o := range s.objects {
+		objs = append(objs, o)
+	}
 	s.mu.RUnlock()
+	for _, o := range objs {
+		o.mu.RLock()
+		if o.mf != nil {
+			st.PassthroughObjects++
+			if o.mf.opens > 0 {
+				st.PassthroughOpen++
+			}
+		}
+		o.mu.RUnlock()
+	}
 	if p := s.degraded.Load(); p != nil {
 		st.Degraded = *p
 	}

@@ -167,7 +167,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
 		b.dirtyN = 0
-		if !o.pinned && b.g2.Load() != nil {
+		if !o.held() && b.g2.Load() != nil {
 			s.g2mu.Lock()
 			s.place.makeEvictable(r, time.Now())
 			s.g2mu.Unlock()

@@ -1,0 +1,451 @@
+package tiering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// Passthrough: G2 objects in memory files.
+//
+// The FUSE front end serves a G2-resident file by kernel passthrough
+// (Linux 6.9+, Documentation/filesystems/fuse-passthrough.rst): reads,
+// writes and shared mmap of the open file go to a backing file without a
+// request to the daemon. The backing file is the object's memory file
+// (memfd): OpenPassthrough moves the object's G2 blocks into it, at their
+// file offsets, and from then on each G2 block of the object is a slice of
+// a MAP_SHARED mapping of that file. So the bytes exist once, in shmem
+// pages the daemon reads and writes through its mapping and the kernel
+// through the backing file, coherent both ways with no copy.
+//
+// While the object is open this way it stays wholly resident (none of its
+// blocks is evicted: freeing them would hole the file under its readers).
+// Bytes written through passthrough reach the memory file without the
+// daemon seeing them, so an open for writing records the object dirty
+// before it is answered (a crash then drops the object, never serves older
+// bytes as current), and its writes are taken in (size from fstat of the
+// memory file, every block marked dirty and queued) at Flush (fsync), at
+// each close of a writer (ClosePassthrough) and when the object is stated.
+// Once closed the object keeps its memory file; its blocks are evicted
+// like any other (a hole is punched where a block was), and the next
+// passthrough open fills the holes again first.
+//
+// Safety of the mapping: a page of a MAP_SHARED mapping past the end of
+// the file raises SIGBUS, so the file is grown (ftruncate) before the
+// daemon writes past its end and shrunk only after the bytes past the new
+// end were dropped; a block's slice is only ever touched below the file's
+// size. Mappings are never moved: a larger one is added when the file
+// outgrows the current one and every mapping stays until the object goes,
+// so block slices taken from an older one stay valid.
+
+// ErrNoPassthrough is returned by OpenPassthrough for an object that is
+// not served from a memory file (an NBD export, an object larger than
+// Config.PassthroughMaxBytes, one waiting for G4's listing, a store
+// closing); the front end serves it through the daemon instead.
+var ErrNoPassthrough = errors.New("object not served by passthrough")
+
+// DefaultPassthroughMaxBytes is Config.PassthroughMaxBytes' default.
+const DefaultPassthroughMaxBytes = 256 << 20
+
+// memFile is the memory file of a G2 object (see above). opens and
+// writers are guarded by the object's lock; maps and size also by mu
+// (readers promoting blocks under the object's read lock map too).
+type memFile struct {
+	fd      int
+	mu      sync.Mutex
+	maps    [][]byte // every mapping made, the newest last
+	size    int64    // the file's size (bytes)
+	opens   int      // passthrough opens of the object
+	writers int      // of them, opens for writing
+}
+
+// mapChunk is the granule mappings are sized in (virtual address space
+// only; pages exist where the file has data).
+const mapChunk = 1 << 20
+
+func newMemFile(id ObjectID) (*memFile, error) {
+	fd, err := unix.MemfdCreate(fmt.Sprintf("ctxmemd-g2-%d", id), unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd for object %d: %w", id, err)
+	}
+	return &memFile{fd: fd}, nil
+}
+
+// setSize sets the file's size.
+func (m *memFile) setSize(n int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n == m.size {
+		return nil
+	}
+	if err := unix.Ftruncate(m.fd, n); err != nil {
+		return fmt.Errorf("memory file size %d: %w", n, err)
+	}
+	m.size = n
+	return nil
+}
+
+// grow makes the file at least n bytes long. The file may be longer than
+// size records (a passthrough write extended it), so its real size is
+// read before it is grown: growing must never cut those bytes off.
+func (m *memFile) grow(n int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n <= m.size {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(m.fd, &st); err != nil {
+		return fmt.Errorf("stat memory file: %w", err)
+	}
+	if n <= st.Size {
+		m.size = st.Size
+		return nil
+	}
+	if err := unix.Ftruncate(m.fd, n); err != nil {
+		return fmt.Errorf("memory file size %d: %w", n, err)
+	}
+	m.size = n
+	return nil
+}
+
+// mapped returns the newest mapping, at least end bytes long.
+func (m *memFile) mapped(end int64) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := len(m.maps); l > 0 && int64(len(m.maps[l-1])) >= end {
+		return m.maps[l-1], nil
+	}
+	n := max(end, 2*int64(len(m.lastMap())))
+	n = (n + mapChunk - 1) / mapChunk * mapChunk
+	b, err := unix.Mmap(m.fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map memory file (%d bytes): %w", n, err)
+	}
+	m.maps = append(m.maps, b)
+	return b, nil
+}
+
+func (m *memFile) lastMap() []byte {
+	if len(m.maps) == 0 {
+		return nil
+	}
+	return m.maps[len(m.maps)-1]
+}
+
+// punch frees the pages of [off, off+n) (they read as zeros again).
+func (m *memFile) punch(off, n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off >= m.size || n <= 0 {
+		return
+	}
+	_ = unix.Fallocate(m.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
+// close unmaps every mapping and closes the file. No g2block of it may be
+// used afterwards (the caller holds the object's write lock and has
+// dropped them).
+func (m *memFile) close() {
+	for _, b := range m.maps {
+		_ = unix.Munmap(b)
+	}
+	m.maps = nil
+	_ = unix.Close(m.fd)
+	m.fd = -1
+}
+
+// memBlock returns a G2 block of o's memory file for block idx: a slice of
+// the mapping at the block's offset, bs bytes long, of which only bytes
+// below the file's size may be touched. The file is grown to hold at
+// least need bytes of the block first. o.mu held for writing, or for
+// reading while no writer can change the file's size.
+func (s *Store) memBlock(o *object, idx uint32, need int) (*g2block, error) {
+	m := o.mf
+	off := int64(idx) * int64(o.bs)
+	if err := m.grow(off + int64(need)); err != nil {
+		return nil, err
+	}
+	mp, err := m.mapped(off + int64(o.bs))
+	if err != nil {
+		return nil, err
+	}
+	used := s.g2used.Add(int64(o.bs))
+	s.g2blocks.Add(1)
+	if o.pinned {
+		s.g2pinned.Add(int64(o.bs))
+	}
+	if float64(used) > s.limits().High*float64(s.limits().Bytes) {
+		s.needEvict.broadcast()
+	}
+	return &g2block{buf: mp[off : off+int64(o.bs) : off+int64(o.bs)], mf: m, off: off}, nil
+}
+
+// PassthroughInfo is what OpenPassthrough hands the front end.
+type PassthroughInfo struct {
+	// File is a descriptor of the object's memory file, the caller's to
+	// close (after ClosePassthrough).
+	File *os.File
+	// Size is the object's size in bytes.
+	Size int64
+}
+
+// OpenPassthrough prepares object id to be served by FUSE passthrough from
+// its memory file: every block is brought into G2 (read from the tier that
+// holds it; the wait is bounded by ctx), the G2 copies move into the
+// memory file, and the object stays wholly resident until the matching
+// ClosePassthrough. An open for writing records the object dirty first.
+// Errors: ErrNoPassthrough (serve it through the daemon), ErrNotExist,
+// ErrLost, tier errors from reading a block, ctx errors.
+func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (PassthroughInfo, error) {
+	if s.closed.Load() {
+		return PassthroughInfo{}, ErrNoPassthrough
+	}
+	o, err := s.lockLive(id)
+	if err != nil {
+		return PassthroughInfo{}, err
+	}
+	defer o.mu.Unlock()
+	if o.kind == KindNBD || o.awaitG4 || o.size > s.cfg.PassthroughMaxBytes {
+		return PassthroughInfo{}, ErrNoPassthrough
+	}
+	if write {
+		if err := s.markMetaDirty(o); err != nil {
+			return PassthroughInfo{}, err
+		}
+	}
+	if err := s.toMemFileLocked(ctx, o); err != nil {
+		if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
+			o.mu.Unlock()
+			s.lose(id, err)
+			o.mu.Lock()
+			return PassthroughInfo{}, fmt.Errorf("passthrough object %d: %w: %v", id, ErrLost, err)
+		}
+		return PassthroughInfo{}, err
+	}
+	fd, err := unix.FcntlInt(uintptr(o.mf.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return PassthroughInfo{}, fmt.Errorf("passthrough object %d: dup: %w", id, err)
+	}
+	if o.mf.opens == 0 {
+		s.holdResidentLocked(o)
+	}
+	o.mf.opens++
+	if write {
+		o.mf.writers++
+	}
+	s.c.ptOpens.Add(1)
+	return PassthroughInfo{File: os.NewFile(uintptr(fd), fmt.Sprintf("ctxmemd-g2-%d", id)), Size: o.size}, nil
+}
+
+// toMemFileLocked moves every block of o into its memory file (creating
+// it), reading blocks not in G2 from below. o.mu held for writing.
+func (s *Store) toMemFileLocked(ctx context.Context, o *object) error {
+	if o.mf == nil {
+		m, err := newMemFile(o.id)
+		if err != nil {
+			return err
+		}
+		if err := m.setSize(o.size); err != nil {
+			m.close()
+			return err
+		}
+		o.mf = m
+	}
+	if err := o.mf.grow(o.size); err != nil {
+		return err
+	}
+	for idx, b := range o.blocks {
+		g := b.g2.Load()
+		if g != nil && g.mf != nil {
+			continue
+		}
+		blen := o.blockLen(idx)
+		if blen == 0 {
+			continue
+		}
+		ng, err := s.memBlock(o, idx, blen)
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			copy(ng.buf[:g.n], g.buf[:g.n])
+			ng.n = g.n
+		} else {
+			if _, err := s.readLower(ctx, o, idx, b, ng.buf[:blen], 0); err != nil {
+				s.unaccountG2(ng, o.pinned)
+				o.mf.punch(ng.off, int64(o.bs))
+				return err
+			}
+			ng.n = blen
+			s.c.promotions.Add(1)
+		}
+		b.g2.Store(ng)
+		r := bref{o.id, idx}
+		if g != nil {
+			s.freeG2(r, g, b.dirty, o.pinned)
+			if b.dirty {
+				// freeG2 does not touch dirty accounting; the block's
+				// dirty bytes move to the new buffer.
+				delta := int64(len(ng.buf) - len(g.buf))
+				b.dirtyN += delta
+				s.g2dirty.Add(delta)
+			}
+		}
+	}
+	return nil
+}
+
+// holdResidentLocked takes o's G2 blocks out of the eviction order (the
+// first passthrough open). o.mu held for writing.
+func (s *Store) holdResidentLocked(o *object) {
+	s.g2mu.Lock()
+	for idx := range o.blocks {
+		s.place.remove(bref{o.id, idx})
+	}
+	s.g2mu.Unlock()
+}
+
+// ClosePassthrough ends one passthrough open of object id (write: it was
+// for writing): bytes written through the memory file are taken in and
+// queued for write-back, and after the last open the object's clean blocks
+// become evictable again. Errors: ErrNotExist (the object was removed
+// meanwhile; nothing to do).
+func (s *Store) ClosePassthrough(id ObjectID, write bool) error {
+	o, err := s.lockLive(id)
+	if err != nil {
+		return err
+	}
+	defer o.mu.Unlock()
+	m := o.mf
+	if m == nil || m.opens == 0 {
+		return nil
+	}
+	if write {
+		if err := s.adoptLocked(o); err != nil {
+			s.logLimited("take in passthrough writes", "object", id, "err", err)
+		}
+		m.writers--
+		s.expediteLocked(o)
+	}
+	if m.opens--; m.opens == 0 && !o.pinned {
+		now := time.Now()
+		s.g2mu.Lock()
+		for idx, b := range o.blocks {
+			if !b.dirty && b.g2.Load() != nil {
+				s.place.makeEvictable(bref{o.id, idx}, now)
+			}
+		}
+		s.g2mu.Unlock()
+	}
+	return nil
+}
+
+// adoptLocked takes in bytes written to o's memory file by passthrough:
+// the object's size becomes the file's, blocks the writes created get G2
+// block states, and every block is marked dirty (which bytes changed is
+// not known) and queued. o.mu held for writing, o.mf set.
+func (s *Store) adoptLocked(o *object) error {
+	m := o.mf
+	var st unix.Stat_t
+	if err := unix.Fstat(m.fd, &st); err != nil {
+		return fmt.Errorf("stat memory file: %w", err)
+	}
+	m.mu.Lock()
+	m.size = st.Size
+	m.mu.Unlock()
+	if st.Size != o.size {
+		if err := s.markMetaDirty(o); err != nil {
+			return err
+		}
+		o.size = st.Size
+	}
+	if _, err := m.mapped(st.Size); err != nil {
+		return err
+	}
+	for off := int64(0); off < st.Size; off += int64(o.bs) {
+		idx := uint32(off / int64(o.bs))
+		b := o.blocks[idx]
+		fresh := b == nil
+		if fresh {
+			if !memHasData(m.fd, off, int64(o.bs)) {
+				continue // a hole nobody wrote
+			}
+			b = &blockState{}
+		}
+		g := b.g2.Load()
+		if fresh {
+			// A block the writes created: its bytes are in the file
+			// already; the slice over them becomes its G2 copy.
+			ng, err := s.memBlock(o, idx, o.blockLen(idx))
+			if err != nil {
+				return err
+			}
+			b.g2.Store(ng)
+			o.blocks[idx] = b
+			g = ng
+		}
+		if g == nil || g.mf == nil {
+			// Cannot happen while the object is held resident; keep the
+			// block's lower copy rather than guess.
+			continue
+		}
+		g.n = o.blockLen(idx)
+		if s.volatile {
+			continue
+		}
+		o.wseq++
+		b.version = o.wseq
+		s.markDirtyLocked(o, b, bref{o.id, idx}, g, false)
+	}
+	s.wbReady.broadcast()
+	return nil
+}
+
+// adoptIfWrittenLocked takes in passthrough writes when o is open for
+// writing by passthrough (see adoptLocked). o.mu held for writing.
+func (s *Store) adoptIfWrittenLocked(o *object) {
+	if o.mf == nil || o.mf.writers == 0 {
+		return
+	}
+	if err := s.adoptLocked(o); err != nil {
+		s.logLimited("take in passthrough writes", "object", o.id, "err", err)
+	}
+}
+
+// memHasData reports whether [off, off+n) of the file holds any data
+// (SEEK_DATA): blocks a passthrough write created.
+func memHasData(fd int, off, n int64) bool {
+	d, err := unix.Seek(fd, off, unix.SEEK_DATA)
+	return err == nil && d < off+n
+}
+
+// unaccountG2 undoes memBlock's accounting for a block slice never used.
+func (s *Store) unaccountG2(g *g2block, pinned bool) {
+	s.g2used.Add(-int64(len(g.buf)))
+	s.g2blocks.Add(-1)
+	if pinned {
+		s.g2pinned.Add(-int64(len(g.buf)))
+	}
+	s.space.broadcast()
+}
+
+// ptSizeLocked is o's size, taking in a passthrough writer's growth of the
+// memory file (fstat) without waiting for its close. o.mu held.
+func (o *object) ptSize() int64 {
+	if o.mf == nil || o.mf.writers == 0 {
+		return o.size
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(o.mf.fd, &st); err != nil {
+		return o.size
+	}
+	return st.Size
+}

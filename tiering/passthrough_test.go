@@ -1,0 +1,103 @@
+package tiering_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// TestPassthroughMemFile: an object opened for passthrough is served from
+// its memory file: bytes the daemon wrote are in the file, bytes written
+// to the file are the object's (size included) while it is open, are
+// written back when the writer closes, survive a restart, and read back
+// after the object's blocks were evicted and filled again.
+func TestPassthroughMemFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := openFaultStack(t, dir, 8<<20, 0, false, nil)
+	const bs = 64 << 10
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := data(21, 3*bs+100)
+	if _, err := fs.store.WriteAt(ctx, id, first, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 5*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil { // not resident: the open fills it
+		t.Fatal(err)
+	}
+	pt, err := fs.store.OpenPassthrough(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(first)+10)
+	n, err := pt.File.ReadAt(got, 0)
+	if n != len(first) || !bytes.Equal(got[:n], first) {
+		t.Fatalf("memory file holds %d bytes (%v); want the object's %d", n, err, len(first))
+	}
+	// A write through the file that extends it: the object's size follows
+	// while it is open, its bytes once taken in.
+	more := data(22, 2*bs)
+	if _, err := pt.File.WriteAt(more, int64(len(first))); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, first...), more...)
+	if info, _ := fs.store.Stat(id); info.Size != int64(len(want)) {
+		t.Fatalf("Stat while open: size %d; want %d", info.Size, len(want))
+	}
+	if _, err := fs.store.Demote(ctx, id); !errors.Is(err, tiering.ErrPinned) {
+		t.Fatalf("Demote of an object open by passthrough = %v; want ErrPinned", err)
+	}
+	if err := fs.store.ClosePassthrough(id, true); err != nil {
+		t.Fatal(err)
+	}
+	pt.File.Close()
+	flushWithin(t, fs.store, id, 5*time.Second)
+	if got := readAll(t, fs.store, id, len(want)+1); !bytes.Equal(got, want) {
+		t.Fatal("daemon read after passthrough writes: wrong bytes")
+	}
+	// The daemon's writes land in the memory file too.
+	patch := data(23, 4096)
+	if _, err := fs.store.WriteAt(ctx, id, patch, bs); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[bs:], patch)
+	// Evict, open again (filled from G3), check through the file.
+	flushWithin(t, fs.store, id, 5*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	pt, err = fs.store.OpenPassthrough(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, len(want))
+	if n, _ := pt.File.ReadAt(got, 0); n != len(want) || !bytes.Equal(got, want) {
+		t.Fatal("memory file after eviction and refill: wrong bytes")
+	}
+	fs.store.ClosePassthrough(id, false)
+	pt.File.Close()
+	fs.close(t)
+	fs.open(t, false)
+	defer fs.close(t)
+	if got := readAll(t, fs.store, id, len(want)+1); !bytes.Equal(got, want) {
+		t.Fatal("after restart: wrong bytes")
+	}
+}
+
+// TestPassthroughNotForExports: NBD exports are never served from a
+// memory file.
+func TestPassthroughNotForExports(t *testing.T) {
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil)
+	defer fs.close(t)
+	id := newExport(t, fs, 64<<10, 2)
+	if _, err := fs.store.OpenPassthrough(context.Background(), id, false); !errors.Is(err, tiering.ErrNoPassthrough) {
+		t.Fatalf("OpenPassthrough of an export = %v; want ErrNoPassthrough", err)
+	}
+}
