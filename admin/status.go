@@ -41,9 +41,21 @@ type Status struct {
 	Namespaces []NamespaceStatus `json:"namespaces"`
 	// Links are the watched network interfaces (config key link).
 	Links []LinkStatus `json:"links,omitempty"`
+	// Passthrough is the mount's FUSE passthrough state.
+	Passthrough PassthroughStatus `json:"passthrough"`
 	// Control is the control plane (sidecar and scheduler replica), when
 	// the daemon runs one.
 	Control *ControlStatus `json:"control,omitempty"`
+}
+
+// PassthroughStatus is the FUSE passthrough part of Status: whether opens
+// of G2-resident files are served by the kernel from memory files, why
+// not, and the READ and WRITE requests the daemon served itself.
+type PassthroughStatus struct {
+	On           bool   `json:"on"`
+	Reason       string `json:"reason,omitempty"`
+	DaemonReads  int64  `json:"daemon_reads"`
+	DaemonWrites int64  `json:"daemon_writes"`
 }
 
 // ControlStatus is the control-plane part of Status.

@@ -83,6 +83,14 @@ type Config struct {
 	// FLUSH/FUA and the close of a file's last writer never wait for it
 	// (tiering.Config.WriteBackDelay).
 	WriteBackDelay time.Duration
+	// Passthrough serves files by FUSE passthrough from memory files while
+	// they are in G2 (fusefs passthrough.go; on by default, effective with
+	// root on Linux 6.9+). PassthroughMaxBytes is the largest file so
+	// served.
+	Passthrough         bool
+	PassthroughMaxBytes int64
+	// PassthroughMaxFiles bounds the objects that keep a memory file.
+	PassthroughMaxFiles int
 	// BlockSize is the default namespace block size in bytes (power of two,
 	// 4 KiB–4 MiB).
 	BlockSize int

@@ -100,6 +100,12 @@ func table() []Option {
 			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
 		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
+		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",
+			setBool(func(c *Config) *bool { return &c.Passthrough }), getBool(func(c *Config) *bool { return &c.Passthrough })),
+		opt("passthrough_max_bytes", "256MiB", "largest file served by passthrough (an open brings the whole file into G2 first); larger files go through the daemon",
+			setSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes }), getSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes })),
+		opt("passthrough_max_files", "4096", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first)",
+			setCount(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCount(func(c *Config) *int { return &c.PassthroughMaxFiles })),
 		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay }), getDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay })),
 		opt("heat_half_life", "60s", "half-life of the block heat score",
@@ -308,6 +314,36 @@ func setDuration(f func(*Config) *time.Duration) func(*Config, string) error {
 		*f(c) = d
 		return nil
 	}
+}
+
+func setCount(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive whole number", v)
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+func getCount(f func(*Config) *int) func(*Config) string {
+	return func(c *Config) string { return strconv.Itoa(*f(c)) }
+}
+
+func setBool(f func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*f(c) = b
+		return nil
+	}
+}
+
+func getBool(f func(*Config) *bool) func(*Config) string {
+	return func(c *Config) string { return strconv.FormatBool(*f(c)) }
 }
 
 func getDuration(f func(*Config) *time.Duration) func(*Config) string {

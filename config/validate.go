@@ -158,6 +158,9 @@ func (c Config) Validate() error {
 	if c.WriteTimeout < time.Second {
 		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
 	}
+	if c.PassthroughMaxBytes < 0 {
+		bad("passthrough_max_bytes", "must not be negative")
+	}
 	if c.WriteBackDelay < 0 || c.WriteBackDelay > time.Second {
 		bad("writeback_delay", "%v must be between 0 and 1s", c.WriteBackDelay)
 	}

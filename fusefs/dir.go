@@ -201,7 +201,10 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	h, fl := d.fsys.open(n, flags)
+	h, fl, e := d.fsys.open(ctx, n, flags)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
 	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 
@@ -212,7 +215,10 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	h, fl := d.fsys.open(n, flags)
+	h, fl, e := d.fsys.open(ctx, n, flags)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
 	return d.fsys.inode(ctx, &d.Inode, n, out), h, fl, 0
 }
 

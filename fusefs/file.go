@@ -69,16 +69,23 @@ var (
 // FLUSH is switched off), measured in README "The file system".
 
 // openHandle is the file handle of one open; it records whether the open
-// counts as a writer (see Open).
-type openHandle struct{ write bool }
+// counts as a writer and whether it was answered in cached mode (see
+// Open).
+type openHandle struct{ write, cached bool }
 
 // writeAccess reports whether open flags ask for write access.
 func writeAccess(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// open counts a new open of n and returns its handle and FOPEN_* flags.
-func (f *fsys) open(n *node, flags uint32) (*openHandle, uint32) {
+// open counts a new open of n and returns its handle and FOPEN_* flags:
+// passthrough where passthrough.go allows it, else the modes above.
+func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if h, handled, e := f.tryPassthrough(ctx, n, flags); handled {
+		return h, 0, e
+	}
 	h := &openHandle{write: writeAccess(flags)}
 	n.mu.Lock()
 	n.opens++
@@ -89,34 +96,43 @@ func (f *fsys) open(n *node, flags uint32) (*openHandle, uint32) {
 	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
 		killPriv(n)
 	}
-	n.mu.Unlock()
-	switch {
-	case f.opts.Cache == CacheDirect:
-		return h, fuse.FOPEN_DIRECT_IO
-	case !h.write && writers > 0:
-		return h, fuse.FOPEN_DIRECT_IO
+	fl := uint32(fuse.FOPEN_KEEP_CACHE)
+	if f.opts.Cache == CacheDirect || (!h.write && writers > 0) {
+		fl = fuse.FOPEN_DIRECT_IO
+	} else {
+		h.cached = true
+		n.cachedOpens++
 	}
-	return h, fuse.FOPEN_KEEP_CACHE
+	n.mu.Unlock()
+	return h, fl, 0
 }
 
 // Open answers every OPEN (see "Open modes" above).
 func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	h, fl := fn.fsys.open(fn.n, flags)
-	return h, fl, 0
+	return fn.fsys.open(ctx, fn.n, flags)
 }
 
 // Release ends one open (RELEASE, after the last close of the
 // descriptor). The last release of a file with no name left gives its
 // space back at once (see releaseUnreachable).
 func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
-	h, ok := fh.(*openHandle)
-	if !ok {
+	var h *openHandle
+	switch x := fh.(type) {
+	case *openHandle:
+		h = x
+	case *ptHandle:
+		fn.fsys.releasePassthrough(fn.n, x)
+		h = &x.openHandle
+	default:
 		return 0
 	}
 	n, t := fn.n, &fn.fsys.t
 	t.mu.RLock()
 	n.mu.Lock()
 	n.opens--
+	if h.cached {
+		n.cachedOpens--
+	}
 	lastWriter := false
 	if h.write {
 		n.writers--
@@ -168,6 +184,8 @@ func uncount(n *node) {
 // file.
 func (fn *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f, n := fn.fsys, fn.n
+	f.pt.reads.Add(1)
+	f.ptSawIO(fh)
 	n.mu.Lock()
 	lost := n.lost
 	n.mu.Unlock()
@@ -188,6 +206,8 @@ func (fn *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off
 // (EDQUOT when the namespace quota would be passed).
 func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	f, n := fn.fsys, fn.n
+	f.pt.writes.Add(1)
+	f.ptSawIO(fh)
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
@@ -362,6 +382,7 @@ func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) s
 	if err != nil {
 		return errno(err)
 	}
+	f.ptFresh(fn.n) // passthrough writes were taken in: the size may have grown
 	if err := f.j.sync(); err != nil {
 		return syscall.EIO
 	}

@@ -24,6 +24,7 @@ type fsys struct {
 	j     *journal
 	nss   []*namespace
 	notes *notifier
+	pt    ptState // FUSE passthrough (passthrough.go)
 }
 
 // opsFor returns a fresh go-fuse node for n.
@@ -40,6 +41,7 @@ func (f *fsys) opsFor(n *node) fs.InodeEmbedder {
 // inode returns the kernel-facing Inode of n (go-fuse deduplicates by
 // inode number) and fills out with n's attributes and cache timeouts.
 func (f *fsys) inode(ctx context.Context, parent *fs.Inode, n *node, out *fuse.EntryOut) *fs.Inode {
+	f.ptFresh(n)
 	n.fillAttr(&out.Attr)
 	f.setTimeouts(out)
 	return parent.NewInode(ctx, f.opsFor(n), fs.StableAttr{Mode: n.typeBits(), Ino: n.ino})
@@ -51,6 +53,7 @@ func (f *fsys) setTimeouts(out *fuse.EntryOut) {
 }
 
 func (f *fsys) attrOut(n *node, out *fuse.AttrOut) {
+	f.ptFresh(n)
 	n.fillAttr(&out.Attr)
 	out.SetTimeout(f.opts.AttrTimeout)
 }

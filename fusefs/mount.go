@@ -128,12 +128,13 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mnt, err)
 	}
 	f.notes.setServer(srv)
+	f.initPassthrough(srv)
 	if err := setReadAhead(mnt, o.ReadAhead); err != nil {
 		o.Logger.Warn("fusefs: cannot set readahead; the kernel default applies", "err", err)
 	}
 	go s.watch(ctx)
 	o.Logger.Info("fusefs: mounted", "mountpoint", mnt, "namespaces", len(f.nss), "cache", o.Cache,
-		"writeback_cache", o.WritebackCache)
+		"writeback_cache", o.WritebackCache, "passthrough", f.pt.on.Load())
 	return s, nil
 }
 

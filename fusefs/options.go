@@ -139,6 +139,11 @@ type Options struct {
 	// memory pressure), so write errors such as EDQUOT surface at close or
 	// fsync instead of at write. Off by default.
 	WritebackCache bool
+	// NoPassthrough turns FUSE passthrough off (see passthrough.go): every
+	// READ and WRITE then goes through the daemon. Passthrough is also off
+	// without root, with WritebackCache, or on a kernel that does not
+	// offer it (Server.Passthrough says why).
+	NoPassthrough bool
 	// MaxWrite is the largest READ/WRITE request in bytes (default
 	// DefaultMaxWrite, capped by the kernel).
 	MaxWrite int

@@ -116,13 +116,18 @@ type node struct {
 	// truncate; reserved (≥ size while writes are in flight) is what the
 	// file counts against its namespace quota.
 	size, reserved int64
-	inflight       int  // writes and truncates in progress
-	opens, writers int  // opens (with write access) not yet released
-	released       bool // unreachable file: its space and inode are given back
-	truncating     int  // truncates in progress
-	resync         bool // accounting must be re-read from Backend.Stat at quiescence
-	lost           bool // the store lost the object
-	xattrs         map[string][]byte
+	inflight       int // writes and truncates in progress
+	opens, writers int // opens (with write access) not yet released
+	// Of them: answered in cached mode (no FOPEN_DIRECT_IO), and by
+	// passthrough (with write access); see passthrough.go. openMu
+	// serialises the choice between them.
+	cachedOpens, ptOpens, ptWriters int
+	openMu                          sync.Mutex
+	released                        bool // unreachable file: its space and inode are given back
+	truncating                      int  // truncates in progress
+	resync                          bool // accounting must be re-read from Backend.Stat at quiescence
+	lost                            bool // the store lost the object
+	xattrs                          map[string][]byte
 }
 
 // typeBits returns the S_IFMT bits of n.

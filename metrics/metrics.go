@@ -32,6 +32,17 @@ import (
 type Snapshot struct {
 	Tiers []tiering.TierUsage
 	Stats tiering.Stats
+	// Passthrough is the mount's FUSE passthrough state; nil before the
+	// mount serves.
+	Passthrough *Passthrough
+}
+
+// Passthrough is the FUSE front end's passthrough state in a Snapshot.
+type Passthrough struct {
+	On bool
+	// DaemonReads and DaemonWrites are READ and WRITE requests the daemon
+	// served (passthrough opens send none).
+	DaemonReads, DaemonWrites int64
 }
 
 // SnapshotFunc returns the current snapshot; it is called once per scrape
@@ -53,6 +64,7 @@ type descs struct {
 	evictions, demotions, dropped, admRefused, crc, lost, obj *prometheus.Desc
 	build                                                     *prometheus.Desc
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
+	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -93,6 +105,9 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		tierFull:      newDesc("tier_full", "1 while the tier answers \"no space\" to write-back (skipped a second at a time), else 0.", "tier"),
 		storeDegraded: newDesc("store_degraded", "1 when the store cannot keep its promises (its data directory was deleted under it), else 0."),
 		tierDegraded:  newDesc("tier_degraded", "1 while the tier's backend does not answer (or its first listing is pending), else 0.", "tier"),
+		ptOn:          newDesc("passthrough_on", "1 while opens of G2-resident files are served by FUSE passthrough, else 0."),
+		ptOpens:       newDesc("passthrough_opens_total", "Opens served by FUSE passthrough from a memory file."),
+		fuseReqs:      newDesc("fuse_daemon_requests_total", "READ and WRITE requests the daemon served through FUSE (passthrough opens send none), by op.", "op"),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -104,7 +119,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.tierUsed, d.tierCap, d.tierBlocks, d.tierHigh, d.tierLow,
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
-		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded} {
+		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
+		d.ptOn, d.ptOpens, d.fuseReqs} {
 		ch <- x
 	}
 }
@@ -123,6 +139,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			counter(desc, m[k], k)
 		}
+	}
+	counter(d.ptOpens, s.Stats.PassthroughOpens)
+	if p := s.Passthrough; p != nil {
+		gauge(d.ptOn, b2f(p.On))
+		counter(d.fuseReqs, p.DaemonReads, "read")
+		counter(d.fuseReqs, p.DaemonWrites, "write")
 	}
 	for _, t := range s.Tiers {
 		gauge(d.tierUsed, float64(t.UsedBytes), t.Name)

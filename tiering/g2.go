@@ -47,6 +47,20 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 	s.space.broadcast()
 }
 
+// moveG2 makes ng block b's G2 copy in place of g, with g's bytes, and
+// moves b's dirty accounting to its size. The caller frees or unaccounts
+// g. o.mu held for writing.
+func (s *Store) moveG2(b *blockState, g, ng *g2block) {
+	copy(ng.buf, g.buf[:g.n])
+	ng.n = g.n
+	b.g2.Store(ng)
+	if b.dirty {
+		delta := int64(len(ng.buf) - len(g.buf))
+		b.dirtyN += delta
+		s.g2dirty.Add(delta)
+	}
+}
+
 // allocBlock returns a zeroed G2 buffer for block idx of o that will hold
 // at least n bytes: a slice of o's memory file when it has one, else a
 // pool buffer (allocG2). o.mu held.

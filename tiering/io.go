@@ -355,14 +355,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		if err != nil {
 			return err
 		}
-		copy(ng.buf, g.buf[:g.n])
-		ng.n = g.n
-		b.g2.Store(ng)
-		if b.dirty {
-			delta := int64(len(ng.buf) - len(g.buf))
-			b.dirtyN += delta
-			s.g2dirty.Add(delta)
-		}
+		s.moveG2(b, g, ng)
 		s.freeG2(r, g, false, o.pinned)
 		g = ng
 	}

@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,21 @@ var ErrNoPassthrough = errors.New("object not served by passthrough")
 
 // DefaultPassthroughMaxBytes is Config.PassthroughMaxBytes' default.
 const DefaultPassthroughMaxBytes = 256 << 20
+
+// DefaultPassthroughMaxFiles is Config.PassthroughMaxFiles' default. Each
+// memory file costs the daemon a descriptor and at least one mapping (the
+// kernel's vm.max_map_count, 65530 by default, bounds mappings), so only
+// so many objects keep one; the least recently closed give theirs up
+// first (their blocks move back to ordinary G2 buffers).
+const DefaultPassthroughMaxFiles = 4096
+
+// ptFiles tracks the objects that have a memory file (Store.pt).
+type ptFiles struct {
+	mu     sync.Mutex
+	n      int                       // objects with a memory file
+	closed *list.List                // of *object with no passthrough open, most recently closed first
+	elem   map[*object]*list.Element // their places in closed
+}
 
 // memFile is the memory file of a G2 object (see above). opens and
 // writers are guarded by the object's lock; maps and size also by mu
@@ -205,6 +221,17 @@ type PassthroughInfo struct {
 // Errors: ErrNoPassthrough (serve it through the daemon), ErrNotExist,
 // ErrLost, tier errors from reading a block, ctx errors.
 func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (PassthroughInfo, error) {
+	info, err := s.openPassthrough(ctx, id, write)
+	if ob := s.observer(); ob != nil && err == nil {
+		// Outside o.mu, as in ReadAt: the open is the object's access
+		// (its reads never reach the daemon).
+		ob.Accessed(id, time.Now())
+	}
+	s.trimMemFiles()
+	return info, err
+}
+
+func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (PassthroughInfo, error) {
 	if s.closed.Load() {
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
@@ -213,15 +240,23 @@ func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		return PassthroughInfo{}, err
 	}
 	defer o.mu.Unlock()
-	if o.kind == KindNBD || o.awaitG4 || o.size > s.cfg.PassthroughMaxBytes {
+	if o.kind == KindNBD || o.awaitG4 || (o.mf == nil && o.size > s.cfg.PassthroughMaxBytes) {
 		return PassthroughInfo{}, ErrNoPassthrough
+	}
+	if o.mf == nil && !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
+		return PassthroughInfo{}, ErrNoPassthrough // every memory file is open
 	}
 	if write {
 		if err := s.markMetaDirty(o); err != nil {
 			return PassthroughInfo{}, err
 		}
 	}
-	if err := s.toMemFileLocked(ctx, o); err != nil {
+	hadFile := o.mf != nil
+	srcs, err := s.toMemFileLocked(ctx, o)
+	if !hadFile && o.mf == nil {
+		s.pt.release() // no file was made after all
+	}
+	if err != nil {
 		if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
 			o.mu.Unlock()
 			s.lose(id, err)
@@ -236,32 +271,168 @@ func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (P
 	}
 	if o.mf.opens == 0 {
 		s.holdResidentLocked(o)
+		s.pt.opened(o)
 	}
 	o.mf.opens++
 	if write {
 		o.mf.writers++
 	}
 	s.c.ptOpens.Add(1)
+	s.countOpenLocked(o, srcs)
 	return PassthroughInfo{File: os.NewFile(uintptr(fd), fmt.Sprintf("ctxmemd-g2-%d", id)), Size: o.size}, nil
 }
 
+// countOpenLocked counts a passthrough open as a read of every block (the
+// daemon sees no READ of it): one read request, a block hit per block by
+// the tier that served it (srcs, G2 for the rest), and an access for heat
+// and admission. o.mu held for writing.
+func (s *Store) countOpenLocked(o *object, srcs map[uint32]int) {
+	s.c.readRequests.Add(1)
+	allG2 := true
+	for idx := range o.blocks {
+		n := o.blockLen(idx)
+		if n == 0 {
+			continue
+		}
+		src, ok := srcs[idx]
+		if !ok {
+			src = tiG2
+		}
+		if src != tiG2 {
+			allG2 = false
+		}
+		s.touch(bref{o.id, idx}, false)
+		s.countHit(src, n)
+	}
+	if allG2 {
+		s.c.readRequestHits.Add(1)
+	}
+}
+
+// reserve counts a new memory file if fewer than max exist; else it
+// makes room by asking for the least recently closed one to be given up
+// (trim, after the caller's locks are released) and reports false when
+// every one is open.
+func (p *ptFiles) reserve(max int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= max && p.closed.Len() == 0 {
+		return false
+	}
+	p.n++
+	return true
+}
+
+// release uncounts a memory file reserved but not made, or closed.
+func (p *ptFiles) release() {
+	p.mu.Lock()
+	p.n--
+	p.mu.Unlock()
+}
+
+// opened takes o off the closed list (its first open).
+func (p *ptFiles) opened(o *object) {
+	p.mu.Lock()
+	if e, ok := p.elem[o]; ok {
+		p.closed.Remove(e)
+		delete(p.elem, o)
+	}
+	p.mu.Unlock()
+}
+
+// closedLast puts o at the front of the closed list (its last close).
+func (p *ptFiles) closedLast(o *object) {
+	p.mu.Lock()
+	if _, ok := p.elem[o]; !ok {
+		p.elem[o] = p.closed.PushFront(o)
+	}
+	p.mu.Unlock()
+}
+
+// over returns the least recently closed objects beyond max memory files.
+func (p *ptFiles) over(max int) []*object {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*object
+	for e := p.closed.Back(); e != nil && p.n-len(out) > max; e = e.Prev() {
+		out = append(out, e.Value.(*object))
+	}
+	return out
+}
+
+// gone forgets o, whose memory file was closed.
+func (p *ptFiles) gone(o *object) {
+	p.mu.Lock()
+	if e, ok := p.elem[o]; ok {
+		p.closed.Remove(e)
+		delete(p.elem, o)
+	}
+	p.n--
+	p.mu.Unlock()
+}
+
+// trimMemFiles gives up the memory files of the least recently closed
+// objects beyond Config.PassthroughMaxFiles: their G2 blocks move back to
+// ordinary buffers (copied), then the file is closed. Called with no lock
+// held.
+func (s *Store) trimMemFiles() {
+	for _, o := range s.pt.over(s.cfg.PassthroughMaxFiles) {
+		o.mu.Lock()
+		if !o.deleted && o.mf != nil && o.mf.opens == 0 {
+			s.fromMemFileLocked(o)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// fromMemFileLocked moves o's G2 blocks out of its memory file into pool
+// buffers and closes the file. A clean block no buffer can be had for
+// leaves G2 (its lower copy serves it); for a dirty one the file is kept
+// (tried again at the next trim). o.mu held for writing, no passthrough
+// open.
+func (s *Store) fromMemFileLocked(o *object) {
+	for idx, b := range o.blocks {
+		g := b.g2.Load()
+		if g == nil || g.mf == nil {
+			continue
+		}
+		ng, err := s.allocG2(max(g.n, 1), o.pinned)
+		if err != nil {
+			if b.dirty {
+				s.log.Error("memory file kept: no G2 buffer for a dirty block", "object", o.id, "block", idx, "err", err)
+				return // the file stays; tried again at the next trim
+			}
+			b.g2.Store(nil)
+			s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+			continue
+		}
+		s.moveG2(b, g, ng)
+		s.unaccountG2(g, o.pinned)
+	}
+	o.mf.close()
+	o.mf = nil
+	s.pt.gone(o)
+}
+
 // toMemFileLocked moves every block of o into its memory file (creating
-// it), reading blocks not in G2 from below. o.mu held for writing.
-func (s *Store) toMemFileLocked(ctx context.Context, o *object) error {
+// it), reading blocks not in G2 from below; it returns the tier each block
+// read from below came from. o.mu held for writing.
+func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int, error) {
 	if o.mf == nil {
 		m, err := newMemFile(o.id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := m.setSize(o.size); err != nil {
 			m.close()
-			return err
+			return nil, err
 		}
 		o.mf = m
 	}
 	if err := o.mf.grow(o.size); err != nil {
-		return err
+		return nil, err
 	}
+	var srcs map[uint32]int
 	for idx, b := range o.blocks {
 		g := b.g2.Load()
 		if g != nil && g.mf != nil {
@@ -273,34 +444,29 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) error {
 		}
 		ng, err := s.memBlock(o, idx, blen)
 		if err != nil {
-			return err
+			return srcs, err
 		}
-		if g != nil {
-			copy(ng.buf[:g.n], g.buf[:g.n])
-			ng.n = g.n
-		} else {
-			if _, err := s.readLower(ctx, o, idx, b, ng.buf[:blen], 0); err != nil {
-				s.unaccountG2(ng, o.pinned)
-				o.mf.punch(ng.off, int64(o.bs))
-				return err
-			}
-			ng.n = blen
-			s.c.promotions.Add(1)
-		}
-		b.g2.Store(ng)
 		r := bref{o.id, idx}
 		if g != nil {
+			s.moveG2(b, g, ng)
 			s.freeG2(r, g, b.dirty, o.pinned)
-			if b.dirty {
-				// freeG2 does not touch dirty accounting; the block's
-				// dirty bytes move to the new buffer.
-				delta := int64(len(ng.buf) - len(g.buf))
-				b.dirtyN += delta
-				s.g2dirty.Add(delta)
-			}
+			continue
 		}
+		src, err := s.readLower(ctx, o, idx, b, ng.buf[:blen], 0)
+		if err != nil {
+			s.unaccountG2(ng, o.pinned)
+			o.mf.punch(ng.off, int64(o.bs))
+			return srcs, err
+		}
+		if srcs == nil {
+			srcs = make(map[uint32]int)
+		}
+		srcs[idx] = src
+		ng.n = blen
+		s.c.promotions.Add(1)
+		b.g2.Store(ng)
 	}
-	return nil
+	return srcs, nil
 }
 
 // holdResidentLocked takes o's G2 blocks out of the eviction order (the
@@ -335,15 +501,18 @@ func (s *Store) ClosePassthrough(id ObjectID, write bool) error {
 		m.writers--
 		s.expediteLocked(o)
 	}
-	if m.opens--; m.opens == 0 && !o.pinned {
-		now := time.Now()
-		s.g2mu.Lock()
-		for idx, b := range o.blocks {
-			if !b.dirty && b.g2.Load() != nil {
-				s.place.makeEvictable(bref{o.id, idx}, now)
+	if m.opens--; m.opens == 0 {
+		s.pt.closedLast(o)
+		if !o.pinned {
+			now := time.Now()
+			s.g2mu.Lock()
+			for idx, b := range o.blocks {
+				if !b.dirty && b.g2.Load() != nil {
+					s.place.makeEvictable(bref{o.id, idx}, now)
+				}
 			}
+			s.g2mu.Unlock()
 		}
-		s.g2mu.Unlock()
 	}
 	return nil
 }

@@ -101,3 +101,54 @@ func TestPassthroughNotForExports(t *testing.T) {
 		t.Fatalf("OpenPassthrough of an export = %v; want ErrNoPassthrough", err)
 	}
 }
+
+// TestPassthroughMemFileCap: at most PassthroughMaxFiles objects keep a
+// memory file; the least recently closed give theirs up (their G2 bytes
+// move back to ordinary buffers and still read right), and with every
+// memory file open a further object is refused (served by the daemon).
+func TestPassthroughMemFileCap(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.PassthroughMaxFiles = 2 })
+	defer fs.close(t)
+	ids := make([]tiering.ObjectID, 5)
+	for i := range ids {
+		ids[i], _ = fs.store.Create("ns", 64<<10, "file")
+		if _, err := fs.store.WriteAt(ctx, ids[i], data(uint64(30+i), 100<<10), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		pt, err := fs.store.OpenPassthrough(ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.store.ClosePassthrough(id, false)
+		pt.File.Close()
+	}
+	if n := fs.store.Stats().PassthroughObjects; n > 2 {
+		t.Fatalf("%d objects keep a memory file; cap 2", n)
+	}
+	for i, id := range ids {
+		if got := readAll(t, fs.store, id, 100<<10); !bytes.Equal(got, data(uint64(30+i), 100<<10)) {
+			t.Fatalf("object %d: wrong bytes after its memory file was given up", i)
+		}
+	}
+	a, err := fs.store.OpenPassthrough(ctx, ids[0], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.store.OpenPassthrough(ctx, ids[1], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.OpenPassthrough(ctx, ids[2], false); !errors.Is(err, tiering.ErrNoPassthrough) {
+		t.Fatalf("third open with a cap of 2, both open: %v; want ErrNoPassthrough", err)
+	}
+	for _, x := range []struct {
+		id tiering.ObjectID
+		f  tiering.PassthroughInfo
+	}{{ids[0], a}, {ids[1], b}} {
+		fs.store.ClosePassthrough(x.id, false)
+		x.f.File.Close()
+	}
+}

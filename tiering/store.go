@@ -16,6 +16,7 @@
 package tiering
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,10 @@ type Config struct {
 	// from a memory file (default 256 MiB; larger ones go through the
 	// daemon, so opening one never reads that much into G2 at once).
 	PassthroughMaxBytes int64
+	// PassthroughMaxFiles bounds how many objects keep a memory file at
+	// once (default 4096; each costs a descriptor and a mapping); the least
+	// recently closed give theirs up first.
+	PassthroughMaxFiles int
 	// WriteTimeout bounds how long a writer waits without progress (default
 	// 30 s): a WriteAt waiting for G2 room or for dirty bytes to drain, a
 	// Flush waiting for its blocks to be written back. Past it the call
@@ -136,6 +141,9 @@ func (c *Config) setDefaults() error {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.PassthroughMaxFiles == 0 {
+		c.PassthroughMaxFiles = DefaultPassthroughMaxFiles
+	}
 	if c.PassthroughMaxBytes == 0 {
 		c.PassthroughMaxBytes = DefaultPassthroughMaxBytes
 	}
@@ -185,6 +193,7 @@ type Store struct {
 	wbReady *signal
 
 	delay delayed // dirty blocks held back while being written (coalesce.go)
+	pt    ptFiles // objects with a memory file (passthrough.go)
 
 	cleanMu    sync.Mutex
 	cleanQueue []cleanItem
@@ -249,6 +258,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		needEvict:  newSignal(),
 		wbReady:    newSignal(),
 		delay:      delayed{ready: newSignal()},
+		pt:         ptFiles{closed: list.New(), elem: make(map[*object]*list.Element)},
 		gcReady:    newSignal(),
 		cleanReady: newSignal(),
 	}
@@ -489,6 +499,7 @@ func (s *Store) dropObjectLocked(o *object) {
 	if o.mf != nil {
 		o.mf.close() // the kernel keeps its own reference for open files
 		o.mf = nil
+		s.pt.gone(o)
 	}
 	s.signalFlushed(o)
 }

@@ -217,7 +217,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
 		Logger: d.log.With("component", "tiering"),
 	})
@@ -233,6 +233,7 @@ func (d *daemon) open(ctx context.Context) error {
 		Remote:         d.remote(),
 		Logger:         d.log.With("component", "fuse"),
 		StatfsCapacity: cfg.StatfsCapacity,
+		NoPassthrough:  !cfg.Passthrough || cfg.PassthroughMaxBytes == 0,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)
@@ -270,7 +271,12 @@ func (d *daemon) open(ctx context.Context) error {
 	if cfg.Metrics != "" {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
 			return metrics.Serve(ctx, cfg.Metrics, func() metrics.Snapshot {
-				return metrics.Snapshot{Tiers: st.Occupancy(), Stats: st.Stats()}
+				snap := metrics.Snapshot{Tiers: st.Occupancy(), Stats: st.Stats()}
+				if fs := d.fuse; fs != nil {
+					p := fs.Passthrough()
+					snap.Passthrough = &metrics.Passthrough{On: p.On, DaemonReads: p.Reads, DaemonWrites: p.Writes}
+				}
+				return snap
 			}, version)
 		})
 	}
@@ -482,6 +488,10 @@ func (d *daemon) statusLine() string {
 func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats(),
 		Control: d.controlStatus()}
+	if d.fuse != nil {
+		p := d.fuse.Passthrough()
+		st.Passthrough = admin.PassthroughStatus{On: p.On, Reason: p.Reason, DaemonReads: p.Reads, DaemonWrites: p.Writes}
+	}
 	if d.link != nil {
 		l := d.link.State()
 		st.Links = append(st.Links, admin.LinkStatus{Name: l.Name, Up: l.Up, OperState: l.OperState, Changed: l.Changed})

@@ -102,6 +102,12 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
 	fmt.Fprintf(tw, "admissions refused\t%d; dropped %s\n", s.AdmissionsDenied, joinCounts(s.Dropped))
 	fmt.Fprintf(tw, "CRC errors\t%d\n", s.CRCErrors)
+	if p := st.Passthrough; p.On {
+		fmt.Fprintf(tw, "passthrough\ton: %d opens served from memory files (%d objects have one, %d open now); daemon served READ %d, WRITE %d\n",
+			s.PassthroughOpens, s.PassthroughObjects, s.PassthroughOpen, p.DaemonReads, p.DaemonWrites)
+	} else {
+		fmt.Fprintf(tw, "passthrough\toff (%s); daemon served READ %d, WRITE %d\n", p.Reason, p.DaemonReads, p.DaemonWrites)
+	}
 	fmt.Fprintf(tw, "objects\t%d (%d lost since start)\n", s.Objects, s.ObjectsLost)
 	if len(st.Namespaces) > 0 {
 		fmt.Fprintln(tw)

@@ -1,0 +1,232 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+)
+
+// FUSE passthrough (Linux 6.9+, Documentation/filesystems/fuse-passthrough
+// .rst). An open of a file whose object the backend can serve from a
+// memory file (tiering.Store.OpenPassthrough: every block in G2, in a
+// memfd at its file offset) is answered with FOPEN_PASSTHROUGH and that
+// memfd as backing file: the kernel then reads, writes and maps the open
+// file without a request to the daemon, at the speed of the memory the
+// bytes are in, and without a second copy in the FUSE page cache.
+//
+// The kernel's rules shape the choice per inode (fs/fuse/iomode.c): while
+// an inode is open in passthrough every further open must be passthrough
+// too (else EIO), and a passthrough open of an inode open in cached mode
+// fails (EIO). So each node counts its passthrough opens and its cached
+// opens (answered without FOPEN_DIRECT_IO), under a per-node lock held
+// across the decision:
+//   - passthrough opens exist: this one is passthrough (the object is held
+//     resident by them, so it can always be served so);
+//   - cached opens exist: the usual mode (KEEP_CACHE or DIRECT_IO);
+//   - neither: passthrough when the backend agrees, else the usual mode.
+//
+// Opens for reading are served by passthrough; opens for writing go
+// through the daemon, whose dirty bound, G2 budget and quota then hold for
+// every write (a passthrough write lands in memory unchecked), except while
+// the inode is already open in passthrough: then the kernel takes nothing
+// else, so the writer is passthrough too (a file written while it is being
+// read, which engines do not do), its size bounded only at open by the
+// backend. The daemon sees no READ or WRITE of a passthrough open: heat is
+// counted per open, and bytes written through it are taken in by the
+// backend at fsync and close; meanwhile GETATTR reports the memory file's
+// size (a stale, smaller size would make the kernel cut its view of the
+// file short). Namespaces with a quota are served without passthrough. go-fuse turns passthrough off for the whole
+// mount, silently, after one failed backing-file registration; a READ or
+// WRITE arriving on a passthrough handle shows it happened, and the mount
+// then reports passthrough off with that reason.
+
+// ptBackend is implemented by backends that can serve objects by
+// passthrough (tiering.Store).
+type ptBackend interface {
+	OpenPassthrough(ctx context.Context, id tiering.ObjectID, write bool) (tiering.PassthroughInfo, error)
+	ClosePassthrough(id tiering.ObjectID, write bool) error
+}
+
+// ptState is a mount's passthrough state.
+type ptState struct {
+	on     atomic.Bool
+	mu     sync.Mutex
+	reason string // why it is off
+	be     ptBackend
+	// reads and writes count READ and WRITE requests the daemon served
+	// (all opens), so the effect of passthrough can be seen.
+	reads, writes atomic.Int64
+}
+
+// off turns passthrough off with a reason (kept: the first one).
+func (p *ptState) off(reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reason == "" {
+		p.reason = reason
+	}
+	p.on.Store(false)
+}
+
+// ptHandle is the file handle of a passthrough open: go-fuse registers
+// file as the inode's backing file (fs.FilePassthroughFder) when the inode
+// has none yet.
+type ptHandle struct {
+	openHandle
+	file *os.File
+}
+
+var _ fs.FilePassthroughFder = (*ptHandle)(nil)
+
+// PassthroughFd returns the memory file's descriptor, open until Release.
+func (h *ptHandle) PassthroughFd() (int, bool) { return int(h.file.Fd()), true }
+
+// tryPassthrough answers an open of n by passthrough when the rules above
+// allow it. handled is false when the open is to be answered the usual
+// way; otherwise the handle or errno is the answer. n.openMu held.
+func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.FileHandle, handled bool, e syscall.Errno) {
+	if !f.pt.on.Load() {
+		return nil, false, 0
+	}
+	write := writeAccess(flags)
+	n.mu.Lock()
+	must := n.ptOpens > 0
+	// Opens for writing go through the daemon (its dirty bound, G2 budget
+	// and quota hold every write) unless the inode is already open in
+	// passthrough, where the kernel accepts nothing else.
+	can := must || (!write && n.cachedOpens == 0 && n.ns.cfg.QuotaBytes == 0 && !n.lost)
+	obj := n.obj
+	n.mu.Unlock()
+	if !can {
+		return nil, false, 0
+	}
+	pctx, release := f.interruptible(ctx)
+	info, err := f.pt.be.OpenPassthrough(pctx, obj, write)
+	release()
+	if err != nil {
+		if !must && errors.Is(err, tiering.ErrNoPassthrough) {
+			return nil, false, 0
+		}
+		if gone(err) {
+			f.onLost(obj)
+		}
+		if !must {
+			f.log.Debug("fusefs: passthrough open failed; serving through the daemon", "object", obj, "err", err)
+			return nil, false, 0
+		}
+		f.log.Warn("fusefs: passthrough open of a file open in passthrough failed", "object", obj, "err", err)
+		return nil, true, errno(err)
+	}
+	ph := &ptHandle{openHandle: openHandle{write: write}, file: info.File}
+	n.mu.Lock()
+	n.opens++
+	n.ptOpens++
+	if write {
+		n.writers++
+		n.ptWriters++
+	}
+	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
+		killPriv(n)
+	}
+	n.mu.Unlock()
+	return ph, true, 0
+}
+
+// releasePassthrough ends passthrough open h of n (Release): the backend
+// takes in what was written, and the node's size follows. After a writer,
+// the kernel's cached attributes and any pages a cached open left in the
+// FUSE page cache before this passthrough session are invalidated before
+// another open can choose cached mode (n.openMu): they predate the writes.
+func (f *fsys) releasePassthrough(n *node, h *ptHandle) {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if err := f.pt.be.ClosePassthrough(n.obj, h.write); err != nil && !gone(err) {
+		f.log.Warn("fusefs: passthrough close", "object", n.obj, "err", err)
+	}
+	h.file.Close()
+	n.mu.Lock()
+	n.ptOpens--
+	if h.write {
+		n.ptWriters--
+		ts := now()
+		n.mtime, n.ctime = ts, ts
+		if n.inflight == 0 {
+			f.resyncLocked(n)
+		}
+	}
+	n.mu.Unlock()
+	if h.write {
+		f.j.touch(n)
+		if srv := f.notes.server(); srv != nil {
+			srv.InodeNotify(n.ino, 0, -1)
+		}
+	}
+}
+
+// ptFresh re-reads the size of a file open for writing by passthrough
+// (its writes do not reach the daemon) before its attributes are sent.
+func (f *fsys) ptFresh(n *node) {
+	n.mu.Lock()
+	if n.ptWriters > 0 && n.inflight == 0 {
+		f.resyncLocked(n)
+	}
+	n.mu.Unlock()
+}
+
+// ptSawIO notes a READ or WRITE on handle fh: on a passthrough handle it
+// means the kernel did not take the backing file (go-fuse then turned
+// passthrough off for the whole mount).
+func (f *fsys) ptSawIO(fh fs.FileHandle) {
+	if _, ok := fh.(*ptHandle); ok && f.pt.on.Load() {
+		f.pt.off("the kernel refused a backing file (go-fuse turned passthrough off for this mount)")
+		f.log.Warn("fusefs: passthrough is off for this mount: a passthrough open reached the daemon with READ/WRITE")
+	}
+}
+
+// PassthroughStatus reports whether opens are served by FUSE passthrough,
+// why not when off, and the READ and WRITE requests the daemon served.
+type PassthroughStatus struct {
+	On     bool   `json:"on"`
+	Reason string `json:"reason,omitempty"`
+	Reads  int64  `json:"daemon_reads"`
+	Writes int64  `json:"daemon_writes"`
+}
+
+// Passthrough returns the mount's passthrough status.
+func (s *Server) Passthrough() PassthroughStatus {
+	p := &s.fsys.pt
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PassthroughStatus{On: p.on.Load(), Reason: p.reason, Reads: p.reads.Load(), Writes: p.writes.Load()}
+}
+
+// initPassthrough decides at mount whether passthrough is on.
+func (f *fsys) initPassthrough(srv *fuse.Server) {
+	p := &f.pt
+	be, ok := f.be.(ptBackend)
+	switch {
+	case f.opts.NoPassthrough:
+		p.off("disabled (passthrough: false)")
+	case f.opts.WritebackCache:
+		p.off("writeback_cache is on (the kernel cannot combine them)")
+	case os.Geteuid() != 0:
+		p.off("needs root (CAP_SYS_ADMIN)")
+	case !ok:
+		p.off("the backend cannot serve memory files")
+	case srv.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0:
+		p.off("the kernel does not offer FUSE passthrough (Linux 6.9+)")
+	default:
+		p.be = be
+		p.on.Store(true)
+		return
+	}
+	f.log.Info("fusefs: passthrough off; every read and write goes through the daemon", "reason", p.reason)
+}
