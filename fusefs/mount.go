@@ -160,6 +160,9 @@ func (f *fsys) mountOptions() fuse.MountOptions {
 		// every write(2).
 		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_READDIRPLUS_AUTO,
 	}
+	if o.debugLog != nil {
+		mo.Debug, mo.Logger = true, o.debugLog
+	}
 	if o.readdirPlusAlways {
 		mo.ExtraCapabilities &^= fuse.CAP_READDIRPLUS_AUTO
 	}
