@@ -143,6 +143,13 @@ func TestKVWriteRequests(t *testing.T) {
 		kvWrite(t, name("new", i), data)
 	}
 	atMost(t, "stat ENOENT+create+write+close", c.take(), files, newFile)
+	// The cached negative entry hid nothing: each file is there, whole.
+	for i := range files {
+		if got, err := os.ReadFile(name("new", i)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("new%d after a negative lookup: %d bytes, %v", i, len(got), err)
+		}
+	}
+	c.take()
 
 	for i := range files {
 		kvWrite(t, name("", i), data)
