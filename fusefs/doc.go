@@ -63,6 +63,8 @@
 //   - The mount negotiates FUSE_HANDLE_KILLPRIV_V2 and clears
 //     setuid/setgid itself, so the kernel can skip the GETXATTR
 //     security.capability it would otherwise send before every write(2).
+//   - It negotiates FUSE_ATOMIC_O_TRUNC: open(O_TRUNC) of an existing file
+//     truncates in the OPEN (fileNode.Open), with no SETATTR after it.
 //
 // # O_DIRECT
 //

@@ -93,9 +93,6 @@ func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, 
 		n.writers++
 	}
 	writers := n.writers
-	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
-		killPriv(n)
-	}
 	fl := uint32(fuse.FOPEN_KEEP_CACHE)
 	if f.opts.Cache == CacheDirect || (!h.write && writers > 0) {
 		fl = fuse.FOPEN_DIRECT_IO
@@ -107,9 +104,37 @@ func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, 
 	return h, fl, 0
 }
 
-// Open answers every OPEN (see "Open modes" above).
+// Open answers every OPEN (see "Open modes" above). An open with O_TRUNC
+// truncates here: the mount negotiates FUSE_ATOMIC_O_TRUNC, so the kernel
+// passes O_TRUNC on and sends no SETATTR (size 0) after the OPEN (one
+// round trip less per rewrite of an existing file). The kernel has
+// already checked write permission (O_TRUNC needs it even with O_RDONLY)
+// and truncates its page cache itself.
 func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_TRUNC != 0 {
+		if e := fn.fsys.openTruncate(ctx, fn.n); e != 0 {
+			return nil, 0, e
+		}
+	}
 	return fn.fsys.open(ctx, fn.n, flags)
+}
+
+// openTruncate is the truncation of open(O_TRUNC): size 0, and, as for the
+// SETATTR it replaces (FATTR_KILL_SUIDGID), setuid/setgid cleared when the
+// caller is not root. The OPEN's own FUSE_OPEN_KILL_SUIDGID flag is not
+// passed on by go-fuse (fs.NodeOpener sees the open(2) flags only), so
+// the caller's uid decides, as in Write.
+func (f *fsys) openTruncate(ctx context.Context, n *node) syscall.Errno {
+	if uid, _ := caller(ctx); uid != 0 {
+		n.mu.Lock()
+		killPriv(n)
+		n.mu.Unlock()
+	}
+	if e := f.truncate(n, 0); e != 0 {
+		return e
+	}
+	f.j.touch(n)
+	return 0
 }
 
 // Release ends one open (RELEASE, after the last close of the

@@ -477,3 +477,85 @@ func TestReadAhead(t *testing.T) {
 		t.Fatalf("read_ahead_kb %q, want 2048", b)
 	}
 }
+
+// TestOpenTruncate: open(O_TRUNC) of an existing file truncates in the
+// OPEN (FUSE_ATOMIC_O_TRUNC). What was written before must be gone for
+// every reader, one holding the file open (its page cache) included, and
+// what is written after must be all there is; the store's size, quota
+// usage and the setuid bit (cleared for non-root callers) follow as they
+// did with the SETATTR.
+func TestOpenTruncate(t *testing.T) {
+	m := mount(t, nil, Options{Namespaces: []Namespace{{Name: "q", Mode: 0o1777, QuotaBytes: 4 << 20}}})
+	for d := m.mnt; d != "/tmp" && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	p := filepath.Join(m.ns("q"), "f")
+	old := pattern(1, 1<<20)
+	if err := os.WriteFile(p, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	buf := make([]byte, len(old))
+	if n, err := reader.ReadAt(buf, 0); n != len(old) || !bytes.Equal(buf, old) {
+		t.Fatalf("first read: %d %v", n, err)
+	}
+
+	// O_RDONLY|O_TRUNC truncates too (Linux; the kernel checks write
+	// permission for it).
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	if st, err := os.Stat(p); err != nil || st.Size() != 0 {
+		t.Fatalf("after O_RDONLY|O_TRUNC: %v %v", st, err)
+	}
+
+	short := pattern(2, 100)
+	if err := os.WriteFile(p, short, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Size() != int64(len(short)) {
+		t.Fatalf("after rewrite: %v %v", st, err)
+	}
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, short) {
+		t.Fatalf("new reader: %d bytes %v", len(got), err)
+	}
+	if n, _ := reader.ReadAt(buf, 0); n != len(short) || !bytes.Equal(buf[:n], short) {
+		t.Fatalf("old reader: %d bytes, want the %d new ones", n, len(short))
+	}
+	if info, err := m.be.Stat(m.obj(p)); err != nil || info.Size != int64(len(short)) {
+		t.Fatalf("store: %+v %v", info, err)
+	}
+	if used := m.srv.fsys.nss[0].used.Load(); used != int64(len(short)) {
+		t.Fatalf("quota usage %d, want %d", used, len(short))
+	}
+
+	// setuid survives root's O_TRUNC and not another user's.
+	if err := syscall.Chmod(p, 0o4666); err != nil {
+		t.Fatal(err)
+	}
+	fd, err = syscall.Open(p, syscall.O_WRONLY|syscall.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	if st, _ := os.Stat(p); st.Mode()&os.ModeSetuid == 0 {
+		t.Fatalf("root's O_TRUNC cleared setuid: %v", st.Mode())
+	}
+	asUser(t, 1000, 1000, func() {
+		fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_TRUNC, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		syscall.Close(fd)
+	})
+	if st, _ := os.Stat(p); st.Mode()&os.ModeSetuid != 0 {
+		t.Fatalf("O_TRUNC by uid 1000 kept setuid: %v", st.Mode())
+	}
+}

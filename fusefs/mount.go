@@ -159,7 +159,14 @@ func (f *fsys) mountOptions() fuse.MountOptions {
 		// killPriv), which lets the kernel mark inodes S_NOSEC and skip
 		// the GETXATTR security.capability it otherwise sends before
 		// every write(2).
-		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_READDIRPLUS_AUTO,
+		//
+		// ATOMIC_O_TRUNC: open(O_TRUNC) of an existing file truncates in
+		// the OPEN (fileNode.Open) instead of a SETATTR after it.
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_READDIRPLUS_AUTO |
+			fuse.CAP_ATOMIC_O_TRUNC,
+	}
+	if o.debugLog != nil {
+		mo.Debug, mo.Logger = true, o.debugLog
 	}
 	if o.readdirPlusAlways {
 		mo.ExtraCapabilities &^= fuse.CAP_READDIRPLUS_AUTO

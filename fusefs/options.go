@@ -3,6 +3,7 @@ package fusefs
 import (
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"time"
@@ -173,6 +174,9 @@ type Options struct {
 	readdirPlusAlways bool
 	// commitGap (tests only) overrides DefaultCommitGap.
 	commitGap time.Duration
+	// debugLog (tests only) receives go-fuse's request log, as Debug
+	// does, so that tests can count the requests an operation costs.
+	debugLog *log.Logger
 }
 
 // withDefaults validates o and returns a copy with defaults applied.

@@ -133,9 +133,6 @@ func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.
 		n.writers++
 		n.ptWriters++
 	}
-	if flags&fuse.OPEN_KILL_SUIDGID != 0 {
-		killPriv(n)
-	}
 	n.mu.Unlock()
 	return ph, true, 0
 }
