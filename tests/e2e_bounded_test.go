@@ -17,7 +17,7 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
 )
 
-// pattern returns n deterministic bytes for seed.
+// boundedPattern returns n deterministic bytes for seed.
 func boundedPattern(seed, n int) []byte {
 	b := make([]byte, n)
 	x := uint32(seed)*2654435761 + 1

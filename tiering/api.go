@@ -135,6 +135,9 @@ type Stats struct {
 	// Relocations counts export blocks G3 kept through a segment reclaim
 	// (tier.Relocator) because no other copy could be ordered safely.
 	Relocations int64 `json:"g3_relocations"`
+	// ReclaimsPostponed counts G3 reclaims given up because an export
+	// block in the segment had no safe place at the time.
+	ReclaimsPostponed int64 `json:"g3_reclaims_postponed"`
 	// PassthroughOpens counts opens served by passthrough from a memory
 	// file (OpenPassthrough); PassthroughObjects is how many objects hold
 	// one now and PassthroughOpen how many of them are open that way.

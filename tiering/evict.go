@@ -223,12 +223,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	}
 	s.c.evictions[tiG3].Add(1)
 	export := o.kind == KindNBD
-	if export && !b.inG4 && o.isBusy(k.Index) && s.relocateInG3(k) {
+	if export && !b.inG4 && o.isBusy(k.Index) && (s.relocateInG3(k) || s.postponeG3Reclaim()) {
 		// A put or delete of this key is in flight (often the very
 		// write-back whose roll-over reclaims this segment), so neither a
 		// G4 copy nor a copy forward can be ordered against it. G3 keeps
 		// the record instead, ordered as before against that put: the
-		// flushed version stays stored until newer bytes replace it.
+		// flushed version stays stored until newer bytes replace it; and
+		// when it has no room for a copy, the segment stays for now.
 		o.mu.Unlock()
 		return id, true
 	}
@@ -348,9 +349,11 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	if b.dirty {
 		return id, true // write-back stores the newer bytes
 	}
-	if export && s.relocateInG3(k) {
+	if export && (s.relocateInG3(k) || s.postponeG3Reclaim()) {
 		// G4 did not take it: G3 keeps it (the key is busy with this
-		// hook's own span, so nothing can be ordered against it).
+		// hook's own span, so nothing can be ordered against it), or
+		// keeps the whole segment for now (a copy forward would leave the
+		// flushed bytes in G2 alone until written back again).
 		b.inG3 = true
 		o.clearStale(k.Index, staleG3)
 		return id, true
@@ -381,6 +384,18 @@ func (s *Store) relocateInG3(k tier.Key) bool {
 		return false
 	}
 	s.c.relocations.Add(1)
+	return true
+}
+
+// postponeG3Reclaim asks G3 to give up the reclaim that called
+// DemoteFromG3 (tier.Relocator) and reports whether it can.
+func (s *Store) postponeG3Reclaim() bool {
+	r, ok := s.g3.(tier.Relocator)
+	if !ok {
+		return false
+	}
+	r.PostponeReclaim()
+	s.c.reclaimsPostponed.Add(1)
 	return true
 }
 

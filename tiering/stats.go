@@ -38,6 +38,7 @@ type counters struct {
 	promotions                    atomic.Int64
 	admissionsDenied              atomic.Int64
 	relocations                   atomic.Int64
+	reclaimsPostponed             atomic.Int64
 	ptOpens                       atomic.Int64
 	dropped                       [nDrop]atomic.Int64
 	crcErrors                     atomic.Int64

@@ -820,9 +820,10 @@ func (s *Store) Stats() Stats {
 		WriterWaits: s.c.writerWaits.Load(),
 		Evictions:   tierMap(&s.c.evictions), Demotions: tierMap(&s.c.demotions),
 		Promotions: s.c.promotions.Load(), AdmissionsDenied: s.c.admissionsDenied.Load(),
-		Relocations: s.c.relocations.Load(), PassthroughOpens: s.c.ptOpens.Load(),
-		Dropped:   make(map[string]int64, nDrop),
-		CRCErrors: s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
+		Relocations: s.c.relocations.Load(), ReclaimsPostponed: s.c.reclaimsPostponed.Load(),
+		PassthroughOpens: s.c.ptOpens.Load(),
+		Dropped:          make(map[string]int64, nDrop),
+		CRCErrors:        s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
 	}
 	for i := range dropNames {
 		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()

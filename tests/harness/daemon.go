@@ -91,6 +91,9 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 }
 
 // Args returns the `run` command line for this daemon (without the binary).
+// CTXMEM_E2E_RUN_FLAGS (space-separated) adds flags to every daemon the
+// tests start, e.g. "--passthrough=false" to run them all without FUSE
+// passthrough.
 func (d *Daemon) Args() []string {
 	args := []string{"run", "--config", d.Config, "--mount", d.Mount, "--data-dir", d.DataDir,
 		"--admin", d.Admin, "--metrics=", "--log-level", orDefault(d.opts.LogLevel, "info")}
@@ -101,6 +104,7 @@ func (d *Daemon) Args() []string {
 			args = append(args, f.flag, f.val)
 		}
 	}
+	args = append(args, strings.Fields(os.Getenv("CTXMEM_E2E_RUN_FLAGS"))...)
 	return append(args, d.opts.Extra...)
 }
 
@@ -255,9 +259,18 @@ type TierStatus struct {
 // Status is the part of `ctxmemd status --json` the tests read; Stats keeps
 // the raw counters object.
 type Status struct {
-	Tiers []TierStatus               `json:"tiers"`
-	Stats map[string]json.RawMessage `json:"stats"`
-	Raw   json.RawMessage            `json:"-"`
+	Tiers       []TierStatus               `json:"tiers"`
+	Stats       map[string]json.RawMessage `json:"stats"`
+	Passthrough PassthroughStatus          `json:"passthrough"`
+	Raw         json.RawMessage            `json:"-"`
+}
+
+// PassthroughStatus is the mount's FUSE passthrough state in Status.
+type PassthroughStatus struct {
+	On           bool   `json:"on"`
+	Reason       string `json:"reason"`
+	DaemonReads  int64  `json:"daemon_reads"`
+	DaemonWrites int64  `json:"daemon_writes"`
 }
 
 // Tier returns the tier named name (case-insensitive) and whether it is there.

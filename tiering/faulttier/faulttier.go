@@ -257,6 +257,13 @@ func (t *Tier) Relocate(ctx context.Context, k tier.Key) error {
 	return fmt.Errorf("faulttier: %s cannot relocate: %w", t.Tier.Name(), tier.ErrNoSpace)
 }
 
+// PostponeReclaim forwards tier.Relocator (a no-op for tiers without it).
+func (t *Tier) PostponeReclaim() {
+	if r, ok := t.Tier.(tier.Relocator); ok {
+		r.PostponeReclaim()
+	}
+}
+
 // Healthy forwards tier.HealthReporter (true when the wrapped tier has none).
 func (t *Tier) Healthy() bool {
 	if h, ok := t.Tier.(tier.HealthReporter); ok {

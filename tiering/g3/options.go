@@ -52,9 +52,10 @@ type Options struct {
 	// overwritten or deleted meanwhile keeps its newer state). It runs on
 	// the goroutine of the Put or Delete that needed space, with no store
 	// lock held except the one that serialises segment roll-over: it may
-	// call Get, Stat, Range, Usage and Relocate (which keeps a listed block
-	// in the store), but must not call Put or Delete on this store (they
-	// would wait for the roll-over that waits for OnEvict).
+	// call Get, Stat, Range, Usage, Relocate (which keeps a listed block in
+	// the store) and PostponeReclaim (which keeps the whole segment for
+	// now), but must not call Put or Delete on this store (they would wait
+	// for the roll-over that waits for OnEvict).
 	OnEvict func(keys []tier.Key)
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger

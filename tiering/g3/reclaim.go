@@ -125,6 +125,14 @@ func (s *Store) reclaimOldest(why string) bool {
 	if len(live) > 0 && s.opts.OnEvict != nil {
 		s.opts.OnEvict(live)
 	}
+	if s.postpone.Swap(false) {
+		// OnEvict could not let a block go safely now: the segment stays
+		// in the log (blocks it already moved are superseded or deleted
+		// by the caller meanwhile); the next roll-over tries again.
+		s.st.postponed.Add(1)
+		s.log.Debug("G3 segment reclaim postponed", "segment", seg.path, "why", why)
+		return false
+	}
 	if s.testHook != nil {
 		s.testHook("reclaim-evicted")
 	}

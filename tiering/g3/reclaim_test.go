@@ -472,3 +472,43 @@ func TestRelocateKeepsBlockThroughReclaim(t *testing.T) {
 	s = openT(t, opts)
 	mustRead(t, s, keep, newer)
 }
+
+// TestPostponeReclaim: an OnEvict that calls PostponeReclaim keeps the
+// segment and every block in it (also across a reopen); the next reclaim
+// without it goes ahead.
+func TestPostponeReclaim(t *testing.T) {
+	dir := t.TempDir()
+	const bsz = 100 * kib
+	first := k(1, 0)
+	var s *Store
+	postpone, calls := true, 0
+	opts := Options{Dir: dir, SegmentBytes: mib, CapacityBytes: 8 * mib, HighWatermark: 0.5, LowWatermark: 0.25,
+		OnEvict: func(keys []tier.Key) {
+			calls++
+			if postpone {
+				s.PostponeReclaim()
+			}
+		}}
+	s = openT(t, opts)
+	want := put(t, s, first, bsz)
+	for i := uint32(0); calls == 0; i++ {
+		if i > 200 {
+			t.Fatal("no reclaim after 200 puts")
+		}
+		put(t, s, k(2, i), bsz)
+	}
+	mustRead(t, s, first, want)
+	if st := s.Stats(); st.Postponed == 0 || st.Reclaims != 0 {
+		t.Fatalf("Postponed %d, Reclaims %d; want the reclaim postponed", st.Postponed, st.Reclaims)
+	}
+	postpone = false
+	for i := uint32(1000); s.Stats().Reclaims == 0; i++ {
+		if i > 1200 {
+			t.Fatal("no reclaim after postponing stopped")
+		}
+		put(t, s, k(2, i), bsz)
+	}
+	if _, err := get(s, first, bsz); !errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("first block after the reclaim went ahead: %v; want ErrNotFound", err)
+	}
+}

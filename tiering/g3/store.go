@@ -52,6 +52,9 @@ type Store struct {
 
 	st counters
 
+	// postpone is set by PostponeReclaim from inside OnEvict.
+	postpone atomic.Bool
+
 	// testHook, when set by a test before use, is called at named points
 	// of internal sequences ("reclaim-evicted": OnEvict returned, the
 	// segment is still in the log on disk).
@@ -73,7 +76,7 @@ type entry struct {
 
 type counters struct {
 	crcErrors, torn, damagedSegs, reclaims, evicted, noSpace atomic.Int64
-	syncs, relocated                                         atomic.Int64
+	syncs, relocated, postponed                              atomic.Int64
 }
 
 // Stats are the store's counters since Open plus its current shape.
@@ -101,6 +104,9 @@ type Stats struct {
 	Syncs int64
 	// Relocated counts blocks Relocate kept through a reclaim.
 	Relocated int64
+	// Postponed counts reclaims given up because OnEvict called
+	// PostponeReclaim.
+	Postponed int64
 	// Segments is the number of segments in the log; SegmentBytes the
 	// bytes of all segment files, spares (reclaimed files kept for reuse)
 	// included.
@@ -268,6 +274,16 @@ func (s *Store) reserveInActive(n int) (*segment, int64, error) {
 	a.inflight++
 	return a, off, nil
 }
+
+// PostponeReclaim, called from inside OnEvict, gives up the reclaim that
+// called it once OnEvict returns: the segment and every block in it stay
+// (blocks OnEvict already copied elsewhere are the caller's to supersede
+// or delete), and the next roll-over tries that segment again. For blocks
+// that have no safe place right now (their only durable copy is here and
+// a write of the key is in flight); when Relocate had no room either. A
+// roll-over whose reclaim was needed to stay within CapacityBytes then
+// goes over it by a segment until a later reclaim succeeds.
+func (s *Store) PostponeReclaim() { s.postpone.Store(true) }
 
 // Relocate keeps block k through the reclaim of the segment holding it:
 // called from OnEvict for a key it was given, it copies the block's record
@@ -625,7 +641,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		CRCErrors: s.st.crcErrors.Load(), TornRecords: s.st.torn.Load(), DamagedSegments: s.st.damagedSegs.Load(),
 		Reclaims: s.st.reclaims.Load(), Evicted: s.st.evicted.Load(), NoSpace: s.st.noSpace.Load(),
-		Syncs: s.st.syncs.Load(), Relocated: s.st.relocated.Load(),
+		Syncs: s.st.syncs.Load(), Relocated: s.st.relocated.Load(), Postponed: s.st.postponed.Load(),
 		Segments: n, SegmentBytes: b, Direct: s.direct,
 	}
 }

@@ -122,6 +122,9 @@ type HealthReporter interface {
 // and checksum errors.
 type Relocator interface {
 	Relocate(ctx context.Context, k Key) error
+	// PostponeReclaim gives up the reclaim in progress once the callback
+	// returns: the segment stays and is tried again later.
+	PostponeReclaim()
 }
 
 // Expirer is implemented by tiers whose blocks expire after a TTL (G4).

@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/tests/harness"
+)
+
+// TestE2EPassthrough: with passthrough on (the default as root on Linux
+// 6.9+), reads of a G2-resident file send no READ to the daemon; a writer
+// that opens the file while a reader holds it open in passthrough writes
+// through passthrough too (no WRITE), and those bytes and the new size are
+// what every reader sees, are written back, survive kill -9 after fsync,
+// and read back right after the file's blocks were evicted from G2 and
+// after a restart.
+func TestE2EPassthrough(t *testing.T) {
+	bin := needE2E(t)
+	d := harness.Start(t, bin, harness.Options{DRAM: "48MiB", G3Size: "1GiB"})
+	ctx := context.Background()
+	st := status(t, d)
+	if !st.Passthrough.On {
+		if strings.Contains(os.Getenv("CTXMEM_E2E_RUN_FLAGS"), "passthrough=false") {
+			t.Skipf("passthrough off by CTXMEM_E2E_RUN_FLAGS: %s", st.Passthrough.Reason)
+		}
+		t.Fatalf("passthrough off as root on %s: %s", kernelRelease(), st.Passthrough.Reason)
+	}
+	path := filepath.Join(d.Namespace(), "kv-pt")
+	first := boundedPattern(1, 3<<20)
+	if err := os.WriteFile(path, first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := status(t, d).Passthrough
+	if got := readFile(t, path); !bytes.Equal(got, first) {
+		t.Fatal("passthrough read: wrong bytes")
+	}
+	if got := readDirectT(t, path); !bytes.Equal(got, first) {
+		t.Fatal("passthrough O_DIRECT read: wrong bytes")
+	}
+	if after := status(t, d).Passthrough; after.DaemonReads != before.DaemonReads {
+		t.Fatalf("reads of a G2-resident file sent %d READ requests to the daemon; want 0", after.DaemonReads-before.DaemonReads)
+	}
+
+	// A reader holds the file open in passthrough; a writer then opens it
+	// (the kernel takes only passthrough now), rewrites the head, extends
+	// it, fsyncs.
+	rd, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, tail := boundedPattern(2, 64<<10), boundedPattern(3, 1<<20+123)
+	if _, err := w.WriteAt(head, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(tail, int64(len(first))); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(append([]byte{}, head...), first[len(head):]...), tail...)
+	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(want)) {
+		t.Fatalf("stat by another open while the writer is open: %v, %v; want size %d", fi.Size(), err, len(want))
+	}
+	got := make([]byte, len(want)+10)
+	if n, _ := rd.ReadAt(got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("the held reader sees %d bytes, not the writer's %d", n, len(want))
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	rd.Close()
+	if after := status(t, d).Passthrough; after.DaemonWrites != before.DaemonWrites {
+		t.Fatalf("writes through passthrough sent %d WRITE requests to the daemon; want 0", after.DaemonWrites-before.DaemonWrites)
+	}
+
+	d.Kill9()
+	d.StartAgain()
+	if got := readFile(t, path); !bytes.Equal(got, want) {
+		t.Fatalf("after kill -9 following fsync: %d bytes, want the %d written through passthrough", len(got), len(want))
+	}
+
+	// Push the file's blocks out of G2 (48 MiB) with other files, then
+	// read it again (the open fills its memory file from G3).
+	for i := range 24 {
+		if err := os.WriteFile(filepath.Join(d.Namespace(), "fill-"+string(rune('a'+i))), boundedPattern(10+i, 4<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readFile(t, path); !bytes.Equal(got, want) {
+		t.Fatal("after eviction: wrong bytes")
+	}
+	for i := range 24 {
+		p := filepath.Join(d.Namespace(), "fill-"+string(rune('a'+i)))
+		if got := readFile(t, p); !bytes.Equal(got, boundedPattern(10+i, 4<<20)) {
+			t.Fatalf("%s: wrong bytes", p)
+		}
+	}
+	d.Restart()
+	if got := readFile(t, path); !bytes.Equal(got, want) {
+		t.Fatal("after restart: wrong bytes")
+	}
+	_ = ctx
+}
+
+func status(t *testing.T, d *harness.Daemon) harness.Status {
+	t.Helper()
+	st, err := d.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readDirectT(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := readDirect(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "?"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
