@@ -279,6 +279,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 		return 0, err
 	}
 	end := off + int64(len(p))
+	madeFile := s.maybeMemFileLocked(o, end)
 	var n int
 	var werr error
 	for pos := off; pos < end; {
@@ -295,6 +296,9 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 		}
 	}
 	o.mu.Unlock()
+	if madeFile {
+		s.trimMemFiles()
+	}
 	if werr != nil && (errors.Is(werr, tier.ErrNotFound) || errors.Is(werr, tier.ErrCorrupt)) {
 		s.lose(id, werr)
 		return n, fmt.Errorf("write object %d: %w: %v", id, ErrLost, werr)

@@ -240,7 +240,7 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		return PassthroughInfo{}, err
 	}
 	defer o.mu.Unlock()
-	if o.kind == KindNBD || o.awaitG4 || (o.mf == nil && o.size > s.cfg.PassthroughMaxBytes) {
+	if o.kind == KindNBD || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0)) {
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
 	if o.mf == nil && !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
@@ -412,6 +412,34 @@ func (s *Store) fromMemFileLocked(o *object) {
 	o.mf.close()
 	o.mf = nil
 	s.pt.gone(o)
+}
+
+// maybeMemFileLocked gives file object o a memory file before its first G2
+// block when Config.MemFiles asks for it and the object (end bytes once
+// written) may be served by passthrough, so a later passthrough open
+// finds its bytes in place instead of copying them; it reports whether it
+// made one (the caller trims the memory files after unlocking). o.mu held
+// for writing.
+func (s *Store) maybeMemFileLocked(o *object, end int64) bool {
+	if !s.cfg.MemFiles || o.mf != nil || o.kind == KindNBD || len(o.blocks) > 0 ||
+		end > s.cfg.PassthroughMaxBytes || !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
+		return false
+	}
+	m, err := newMemFile(o.id)
+	if err == nil {
+		err = m.setSize(o.size)
+		if err != nil {
+			m.close()
+		}
+	}
+	if err != nil {
+		s.pt.release()
+		s.logLimited("memory file", "object", o.id, "err", err)
+		return false
+	}
+	o.mf = m
+	s.pt.closedLast(o)
+	return true
 }
 
 // toMemFileLocked moves every block of o into its memory file (creating

@@ -152,3 +152,33 @@ func TestPassthroughMemFileCap(t *testing.T) {
 		x.f.File.Close()
 	}
 }
+
+// TestMemFilesFromFirstWrite: with MemFiles a file object's G2 blocks are
+// in its memory file from its first write, so the file a passthrough open
+// hands out already holds the bytes written through the daemon.
+func TestMemFilesFromFirstWrite(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.MemFiles = true })
+	defer fs.close(t)
+	id, _ := fs.store.Create("ns", 64<<10, "file")
+	want := data(40, 200<<10)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := fs.store.Stats().PassthroughObjects; n != 1 {
+		t.Fatalf("%d objects with a memory file after the first write; want 1", n)
+	}
+	pt, err := fs.store.OpenPassthrough(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pt.File.Close()
+	defer fs.store.ClosePassthrough(id, false)
+	got := make([]byte, len(want)+1)
+	if n, _ := pt.File.ReadAt(got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("memory file: %d bytes; want the %d written", n, len(want))
+	}
+	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("daemon read: wrong bytes")
+	}
+}

@@ -83,6 +83,11 @@ type Config struct {
 	// from a memory file (default 256 MiB; larger ones go through the
 	// daemon, so opening one never reads that much into G2 at once).
 	PassthroughMaxBytes int64
+	// MemFiles gives file objects a memory file from their first write
+	// (up to PassthroughMaxFiles of them), so a passthrough open of a file
+	// written through the daemon needs no copy (set when the front end
+	// serves by passthrough).
+	MemFiles bool
 	// PassthroughMaxFiles bounds how many objects keep a memory file at
 	// once (default 4096; each costs a descriptor and a mapping); the least
 	// recently closed give theirs up first.

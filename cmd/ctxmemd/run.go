@@ -217,7 +217,8 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
+		MemFiles: cfg.Passthrough && cfg.PassthroughMaxBytes > 0 && os.Geteuid() == 0, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
 		Logger: d.log.With("component", "tiering"),
 	})
