@@ -88,6 +88,7 @@ type Config struct {
 	// root on Linux 6.9+). PassthroughMaxBytes is the largest file so
 	// served.
 	Passthrough         bool
+	PassthroughWrites   bool
 	PassthroughMaxBytes int64
 	// PassthroughMaxFiles bounds the objects that keep a memory file.
 	PassthroughMaxFiles int

@@ -102,6 +102,8 @@ func table() []Option {
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",
 			setBool(func(c *Config) *bool { return &c.Passthrough }), getBool(func(c *Config) *bool { return &c.Passthrough })),
+		opt("passthrough_writes", "false", "serve opens for writing by passthrough too (writes never reach the daemon, but land in DRAM unchecked by dirty_bytes and dram until fsync or close)",
+			setBool(func(c *Config) *bool { return &c.PassthroughWrites }), getBool(func(c *Config) *bool { return &c.PassthroughWrites })),
 		opt("passthrough_max_bytes", "256MiB", "largest file served by passthrough (an open brings the whole file into G2 first); larger files go through the daemon",
 			setSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes }), getSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes })),
 		opt("passthrough_max_files", "4096", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first)",

@@ -145,6 +145,12 @@ type Options struct {
 	// without root, with WritebackCache, or on a kernel that does not
 	// offer it (Server.Passthrough says why).
 	NoPassthrough bool
+	// PassthroughWrites serves opens for writing (and CREATE) by
+	// passthrough too: writes then never reach the daemon, but land in
+	// memory unchecked by the dirty bound and the G2 budget until the
+	// writer's fsync or close (the file's size is bounded only at open,
+	// by the backend). Off by default.
+	PassthroughWrites bool
 	// MaxWrite is the largest READ/WRITE request in bytes (default
 	// DefaultMaxWrite, capped by the kernel).
 	MaxWrite int

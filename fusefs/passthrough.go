@@ -35,7 +35,8 @@ import (
 //
 // Opens for reading are served by passthrough; opens for writing go
 // through the daemon, whose dirty bound, G2 budget and quota then hold for
-// every write (a passthrough write lands in memory unchecked), except while
+// every write (a passthrough write lands in memory unchecked; opt in with
+// Options.PassthroughWrites), except while
 // the inode is already open in passthrough: then the kernel takes nothing
 // else, so the writer is passthrough too (a file written while it is being
 // read, which engines do not do), its size bounded only at open by the
@@ -102,7 +103,7 @@ func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.
 	// Opens for writing go through the daemon (its dirty bound, G2 budget
 	// and quota hold every write) unless the inode is already open in
 	// passthrough, where the kernel accepts nothing else.
-	can := must || (!write && n.cachedOpens == 0 && n.ns.cfg.QuotaBytes == 0 && !n.lost)
+	can := must || ((!write || f.opts.PassthroughWrites) && n.cachedOpens == 0 && n.ns.cfg.QuotaBytes == 0 && !n.lost)
 	obj := n.obj
 	n.mu.Unlock()
 	if !can {

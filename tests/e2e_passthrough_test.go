@@ -3,10 +3,12 @@ package tests
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -144,4 +146,66 @@ func kernelRelease() string {
 		return "?"
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// TestE2EPassthroughWrites: with passthrough_writes a file created and
+// written by an engine sends no WRITE to the daemon; after fsync it
+// survives kill -9, and a file closed without fsync is written back (its
+// name may not survive a kill -9, its bytes are never wrong).
+func TestE2EPassthroughWrites(t *testing.T) {
+	bin := needE2E(t)
+	d := harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "1GiB", Extra: []string{"--passthrough-writes=true"}})
+	if st := status(t, d); !st.Passthrough.On {
+		if strings.Contains(os.Getenv("CTXMEM_E2E_RUN_FLAGS"), "passthrough=false") {
+			t.Skipf("passthrough off by CTXMEM_E2E_RUN_FLAGS: %s", st.Passthrough.Reason)
+		}
+		t.Fatalf("passthrough off: %s", st.Passthrough.Reason)
+	}
+	before := status(t, d).Passthrough
+	synced := filepath.Join(d.Namespace(), "synced")
+	want := boundedPattern(7, 3<<20+4097)
+	f, err := os.Create(synced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(want); off += 256 << 10 {
+		if _, err := f.Write(want[off:min(off+256<<10, len(want))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(synced); err != nil || fi.Size() != int64(len(want)) {
+		t.Fatalf("stat while the writer is open: %v, %v; want %d", fi.Size(), err, len(want))
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	closed := filepath.Join(d.Namespace(), "closed")
+	want2 := boundedPattern(8, 1<<20)
+	if err := os.WriteFile(closed, want2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, synced); !bytes.Equal(got, want) {
+		t.Fatal("read back before the kill: wrong bytes")
+	}
+	if after := status(t, d).Passthrough; after.DaemonWrites != before.DaemonWrites {
+		t.Fatalf("%d WRITE requests reached the daemon; want 0", after.DaemonWrites-before.DaemonWrites)
+	}
+	waitFor(t, "closed file written back", 20*time.Second, func() bool {
+		st := status(t, d)
+		var dirty int64
+		fmt.Sscan(string(st.Stats["dirty_bytes"]), &dirty)
+		return dirty == 0
+	})
+	d.Kill9()
+	d.StartAgain()
+	if got := readFile(t, synced); !bytes.Equal(got, want) {
+		t.Fatal("fsync'd file after kill -9: wrong bytes")
+	}
+	// Its name was not fsync'd: it may be gone, but never wrong.
+	if got, err := os.ReadFile(closed); err == nil && !bytes.Equal(got, want2) {
+		t.Fatal("closed file after write-back and kill -9: wrong bytes")
+	} else if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }

@@ -229,12 +229,13 @@ func (d *daemon) open(ctx context.Context) error {
 	storeRef.Store(st)
 
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
-		Namespaces:     fuseNamespaces(cfg),
-		TreePath:       filepath.Join(cfg.DataDir, "tree.db"),
-		Remote:         d.remote(),
-		Logger:         d.log.With("component", "fuse"),
-		StatfsCapacity: cfg.StatfsCapacity,
-		NoPassthrough:  !cfg.Passthrough || cfg.PassthroughMaxBytes == 0,
+		Namespaces:        fuseNamespaces(cfg),
+		TreePath:          filepath.Join(cfg.DataDir, "tree.db"),
+		Remote:            d.remote(),
+		Logger:            d.log.With("component", "fuse"),
+		StatfsCapacity:    cfg.StatfsCapacity,
+		NoPassthrough:     !cfg.Passthrough || cfg.PassthroughMaxBytes == 0,
+		PassthroughWrites: cfg.PassthroughWrites,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)

@@ -3,8 +3,8 @@
 # starts and stops the file-system targets the benchmarks compare.
 #
 #   start_ctxmemd WORK       ./bin/ctxmemd run on WORK/mnt (data in WORK/data),
-#                            --dram $DRAM --g3-size $G3_SIZE; sets CTXMEMD_PID
-#                            and CTXMEMD_DIR (WORK/mnt/default).
+#                            --dram $DRAM --g3-size $G3_SIZE $CTXMEMD_FLAGS;
+#                            sets CTXMEMD_PID and CTXMEMD_DIR (WORK/mnt/default).
 #   start_loopback WORK      go-fuse's example/loopback (built from the module
 #                            cache at the version go.mod pins) on WORK/lb over a
 #                            fresh directory in /dev/shm; sets LOOPBACK_PID,
@@ -44,7 +44,7 @@ start_ctxmemd() {
 	[[ -x ./bin/ctxmemd ]] || make -s build
 	: >"$work/empty.yaml"
 	./bin/ctxmemd run --config "$work/empty.yaml" --mount "$work/mnt" --data-dir "$work/data" \
-		--dram "${DRAM:-4GiB}" --g3-size "${G3_SIZE:-8GiB}" --metrics "" >"$work/daemon.log" 2>&1 &
+		--dram "${DRAM:-4GiB}" --g3-size "${G3_SIZE:-8GiB}" --metrics "" ${CTXMEMD_FLAGS:-} >"$work/daemon.log" 2>&1 &
 	CTXMEMD_PID=$!
 	_targets_pids+=("$CTXMEMD_PID")
 	_targets_mounts+=("$work/mnt")
