@@ -40,7 +40,7 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 		s.g2pinned.Add(-int64(len(g.buf)))
 	}
 	if g.mf != nil {
-		g.mf.punch(g.off, int64(len(g.buf)))
+		g.mf.punch(g.off, int64(cap(g.buf)))
 	} else {
 		s.pool.put(g.buf)
 	}

@@ -351,8 +351,8 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		b.g2.Store(ng)
 		g = ng
 	} else if g.mf != nil {
-		if err := g.mf.grow(g.off + int64(need)); err != nil {
-			return err // the file must cover the bytes before they are written
+		if err := s.growMemBlockLocked(o, b, g, need); err != nil {
+			return err
 		}
 	} else if len(g.buf) < need {
 		ng, err := s.allocG2(need, o.pinned)

@@ -193,15 +193,45 @@ func (s *Store) memBlock(o *object, idx uint32, need int) (*g2block, error) {
 	if err != nil {
 		return nil, err
 	}
-	used := s.g2used.Add(int64(o.bs))
+	n := pageRound(max(need, 1))
+	used := s.g2used.Add(int64(n))
 	s.g2blocks.Add(1)
 	if o.pinned {
-		s.g2pinned.Add(int64(o.bs))
+		s.g2pinned.Add(int64(n))
 	}
 	if float64(used) > s.limits().High*float64(s.limits().Bytes) {
 		s.needEvict.broadcast()
 	}
-	return &g2block{buf: mp[off : off+int64(o.bs) : off+int64(o.bs)], mf: m, off: off}, nil
+	// len is what G2 accounts (the block's bytes, page-rounded), cap the
+	// whole block: growMemBlockLocked extends len as the block grows.
+	return &g2block{buf: mp[off : off+int64(n) : off+int64(o.bs)], mf: m, off: off}, nil
+}
+
+// pageRound rounds n up to a whole number of pages.
+func pageRound(n int) int { return (n + pageSize - 1) &^ (pageSize - 1) }
+
+// growMemBlockLocked makes memory-file block g (of block state b) hold at
+// least need bytes: the file is grown first, then g's length and the G2
+// (and dirty, pinned) accounting. o.mu held for writing.
+func (s *Store) growMemBlockLocked(o *object, b *blockState, g *g2block, need int) error {
+	if err := g.mf.grow(g.off + int64(need)); err != nil {
+		return err // the file must cover the bytes before they are written
+	}
+	if need <= len(g.buf) {
+		return nil
+	}
+	n := min(pageRound(need), cap(g.buf))
+	delta := int64(n - len(g.buf))
+	g.buf = g.buf[:n]
+	s.g2used.Add(delta)
+	if o.pinned {
+		s.g2pinned.Add(delta)
+	}
+	if b.dirty {
+		b.dirtyN += delta
+		s.g2dirty.Add(delta)
+	}
+	return nil
 }
 
 // PassthroughInfo is what OpenPassthrough hands the front end.
@@ -593,6 +623,9 @@ func (s *Store) adoptLocked(o *object) error {
 			// Cannot happen while the object is held resident; keep the
 			// block's lower copy rather than guess.
 			continue
+		}
+		if err := s.growMemBlockLocked(o, b, g, o.blockLen(idx)); err != nil {
+			return err
 		}
 		g.n = o.blockLen(idx)
 		if s.volatile {
