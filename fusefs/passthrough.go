@@ -47,7 +47,10 @@ import (
 // file short). Namespaces with a quota are served without passthrough. go-fuse turns passthrough off for the whole
 // mount, silently, after one failed backing-file registration; a READ or
 // WRITE arriving on a passthrough handle shows it happened, and the mount
-// then reports passthrough off with that reason.
+// then reports passthrough off with that reason. Until the inodes open in
+// passthrough at that moment are closed, the kernel refuses their new
+// opens (they are answered without passthrough); nothing outside go-fuse
+// can undo that, so the daemon only reports it.
 
 // ptBackend is implemented by backends that can serve objects by
 // passthrough (tiering.Store).
@@ -103,7 +106,11 @@ func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.
 	// Opens for writing go through the daemon (its dirty bound, G2 budget
 	// and quota hold every write) unless the inode is already open in
 	// passthrough, where the kernel accepts nothing else.
-	can := must || ((!write || f.opts.PassthroughWrites) && n.cachedOpens == 0 && n.ns.cfg.QuotaBytes == 0 && !n.lost)
+	// A writer through the daemon (direct I/O in CacheDirect mode is not a
+	// cached open) must not meet a passthrough writer: the daemon's grow of
+	// the memory file could cut off what the other just appended.
+	can := must || ((!write || f.opts.PassthroughWrites) && n.cachedOpens == 0 && n.writers == 0 &&
+		n.ns.cfg.QuotaBytes == 0 && !n.lost)
 	obj := n.obj
 	n.mu.Unlock()
 	if !can {

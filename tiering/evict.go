@@ -131,6 +131,11 @@ func (s *Store) evictBlock(o *object, r bref) {
 		b.g2.Store(nil)
 		s.freeG2(r, g, false, false)
 		s.c.evictions[tiG2].Add(1)
+		if g.mf != nil && g.mf.exposed && o.retirable() {
+			// Its pages were not freed (see memFile.exposed): let the
+			// whole memory file go so they can be.
+			s.retireMemFileLocked(o)
+		}
 	}
 	o.mu.Unlock()
 }

@@ -186,6 +186,9 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 // the race) and the tier index it was read from. o.mu is held for reading
 // or writing.
 func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, int, error) {
+	if o.mf != nil {
+		return s.promoteMemLocked(ctx, o, idx, b)
+	}
 	blen := o.blockLen(idx)
 	g, err := s.allocBlock(o, idx, max(blen, 1))
 	if err != nil {
@@ -616,6 +619,11 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		if b := o.blocks[idx]; b != nil {
 			if boff == 0 && cnt >= o.blockLen(idx) {
 				s.dropBlockLocked(o, idx)
+				if o.mf != nil {
+					// Passthrough readers read the file: the range must
+					// read as zeros there too.
+					o.mf.punchData(int64(idx)*int64(o.bs), int64(o.bs))
+				}
 			} else {
 				err = s.writeBlock(ctx, o, idx, boff, make([]byte, cnt), o.size)
 			}

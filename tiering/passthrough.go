@@ -74,12 +74,26 @@ type ptFiles struct {
 // writers are guarded by the object's lock; maps and size also by mu
 // (readers promoting blocks under the object's read lock map too).
 type memFile struct {
-	fd      int
-	mu      sync.Mutex
-	maps    [][]byte // every mapping made, the newest last
-	size    int64    // the file's size (bytes)
-	opens   int      // passthrough opens of the object
-	writers int      // of them, opens for writing
+	fd        int
+	promoteMu sync.Mutex // serialises promotions into the file under the object's read lock
+	// exposed: the file was handed to the kernel (a passthrough open). A
+	// mapping an application made may outlive every open (mmap, then
+	// close), and the kernel may still hold the file registered for a
+	// moment after the last release, so from then on the daemon never
+	// punches its pages to free them: an evicted block's pages stay until
+	// the whole file is retired (retireMemFileLocked), and only a TRIM or
+	// truncate (which must read as zeros) punches.
+	exposed bool
+	// retired: the file is being closed; no more punching.
+	retired bool
+	// closedAt is the last passthrough close (the retire grace period
+	// runs from it).
+	closedAt time.Time
+	mu       sync.Mutex
+	maps     [][]byte // every mapping made, the newest last
+	size     int64    // the file's size (bytes)
+	opens    int      // passthrough opens of the object
+	writers  int      // of them, opens for writing
 }
 
 // mapChunk is the granule mappings are sized in (virtual address space
@@ -156,11 +170,21 @@ func (m *memFile) lastMap() []byte {
 	return m.maps[len(m.maps)-1]
 }
 
-// punch frees the pages of [off, off+n) (they read as zeros again).
+// punch frees the pages of [off, off+n) of a file never handed to the
+// kernel (see exposed); an exposed file keeps them.
 func (m *memFile) punch(off, n int64) {
+	if m.exposed {
+		return
+	}
+	m.punchData(off, n)
+}
+
+// punchData makes [off, off+n) read as zeros (TRIM, PUNCH_HOLE): also in
+// an exposed file, whose readers must see the zeros.
+func (m *memFile) punchData(off, n int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if off >= m.size || n <= 0 {
+	if m.retired || off >= m.size || n <= 0 {
 		return
 	}
 	_ = unix.Fallocate(m.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
@@ -234,6 +258,41 @@ func (s *Store) growMemBlockLocked(o *object, b *blockState, g *g2block, need in
 	return nil
 }
 
+// promoteMemLocked is promoteLocked for an object with a memory file.
+// Readers promote under the object's read lock, and every reader of a
+// block gets the same pages of the file, so the bytes are read into a
+// private buffer first and copied into the file only by the one reader
+// that installs the block (under the memory file's promotion lock): a
+// failed or losing read never writes, zeroes or punches pages another
+// reader installed. o.mu held for reading or writing.
+func (s *Store) promoteMemLocked(ctx context.Context, o *object, idx uint32, b *blockState) (*g2block, int, error) {
+	blen := o.blockLen(idx)
+	tmp, err := s.pool.get(max(blen, 1))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.pool.put(tmp)
+	src, err := s.readLower(ctx, o, idx, b, tmp[:blen], 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	m := o.mf
+	m.promoteMu.Lock()
+	defer m.promoteMu.Unlock()
+	if g := b.g2.Load(); g != nil {
+		return g, tiG2, nil // another reader installed it meanwhile
+	}
+	g, err := s.memBlock(o, idx, max(blen, 1))
+	if err != nil {
+		return nil, 0, err
+	}
+	copy(g.buf[:blen], tmp[:blen])
+	g.n = blen
+	b.g2.Store(g)
+	s.c.promotions.Add(1)
+	return g, src, nil
+}
+
 // PassthroughInfo is what OpenPassthrough hands the front end.
 type PassthroughInfo struct {
 	// File is a descriptor of the object's memory file, the caller's to
@@ -273,18 +332,32 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 	if o.kind == KindNBD || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0)) {
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
-	if o.mf == nil && !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
-		return PassthroughInfo{}, ErrNoPassthrough // every memory file is open
-	}
 	if write {
 		if err := s.markMetaDirty(o); err != nil {
 			return PassthroughInfo{}, err
 		}
 	}
 	hadFile := o.mf != nil
+	if !hadFile && !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
+		return PassthroughInfo{}, ErrNoPassthrough // every memory file is open
+	}
 	srcs, err := s.toMemFileLocked(ctx, o)
-	if !hadFile && o.mf == nil {
+	switch {
+	case !hadFile && o.mf == nil:
 		s.pt.release() // no file was made after all
+	case !hadFile && o.mf.opens == 0 && err != nil:
+		s.pt.closedLast(o) // made but not opened: a trim candidate
+	}
+	if err == nil && o.mf != nil {
+		var fd int
+		if fd, err = unix.FcntlInt(uintptr(o.mf.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			return s.openedLocked(o, id, fd, write, srcs, !hadFile), nil
+		}
+		err = fmt.Errorf("passthrough object %d: dup: %w", id, err)
+		if !hadFile {
+			s.pt.closedLast(o)
+		}
+		return PassthroughInfo{}, err
 	}
 	if err != nil {
 		if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
@@ -295,10 +368,12 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		}
 		return PassthroughInfo{}, err
 	}
-	fd, err := unix.FcntlInt(uintptr(o.mf.fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return PassthroughInfo{}, fmt.Errorf("passthrough object %d: dup: %w", id, err)
-	}
+	return PassthroughInfo{}, ErrNoPassthrough
+}
+
+// openedLocked counts a passthrough open of o whose memory file is ready
+// and returns its descriptor fd to the caller. o.mu held for writing.
+func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs map[uint32]int, fresh bool) PassthroughInfo {
 	if o.mf.opens == 0 {
 		s.holdResidentLocked(o)
 		s.pt.opened(o)
@@ -309,7 +384,9 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 	}
 	s.c.ptOpens.Add(1)
 	s.countOpenLocked(o, srcs)
-	return PassthroughInfo{File: os.NewFile(uintptr(fd), fmt.Sprintf("ctxmemd-g2-%d", id)), Size: o.size}, nil
+	o.mf.exposed = true
+	_ = fresh
+	return PassthroughInfo{File: os.NewFile(uintptr(fd), fmt.Sprintf("ctxmemd-g2-%d", id)), Size: o.size}
 }
 
 // countOpenLocked counts a passthrough open as a read of every block (the
@@ -379,7 +456,8 @@ func (p *ptFiles) closedLast(o *object) {
 	p.mu.Unlock()
 }
 
-// over returns the least recently closed objects beyond max memory files.
+// over returns the least recently closed objects beyond max memory files
+// (trimMemFiles re-checks each under its lock, retireGrace included).
 func (p *ptFiles) over(max int) []*object {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -388,6 +466,17 @@ func (p *ptFiles) over(max int) []*object {
 		out = append(out, e.Value.(*object))
 	}
 	return out
+}
+
+// retireGrace is how long after its last passthrough close a memory file
+// is kept as it is: go-fuse unregisters the backing file only after the
+// daemon's Release returns, and an open meanwhile would reuse it.
+const retireGrace = time.Second
+
+// retirable reports whether o's memory file may be closed now. o.mu held.
+func (o *object) retirable() bool {
+	m := o.mf
+	return m != nil && m.opens == 0 && (!m.exposed || time.Since(m.closedAt) >= retireGrace)
 }
 
 // gone forgets o, whose memory file was closed.
@@ -408,7 +497,7 @@ func (p *ptFiles) gone(o *object) {
 func (s *Store) trimMemFiles() {
 	for _, o := range s.pt.over(s.cfg.PassthroughMaxFiles) {
 		o.mu.Lock()
-		if !o.deleted && o.mf != nil && o.mf.opens == 0 {
+		if !o.deleted && o.retirable() {
 			s.fromMemFileLocked(o)
 		}
 		o.mu.Unlock()
@@ -439,9 +528,29 @@ func (s *Store) fromMemFileLocked(o *object) {
 		s.moveG2(b, g, ng)
 		s.unaccountG2(g, o.pinned)
 	}
+	o.mf.retired = true
 	o.mf.close()
 	o.mf = nil
 	s.pt.gone(o)
+}
+
+// retireMemFileLocked is eviction from an exposed memory file: its pages
+// cannot be punched (see exposed), so the whole file goes instead. Clean
+// blocks leave G2 (their lower copies serve them), dirty ones move to pool
+// buffers (as fromMemFileLocked), then the file is closed; the kernel
+// frees its pages once no mapping holds them. o.mu held for writing,
+// o.retirable().
+func (s *Store) retireMemFileLocked(o *object) {
+	for idx, b := range o.blocks {
+		g := b.g2.Load()
+		if g == nil || g.mf == nil || b.dirty {
+			continue
+		}
+		b.g2.Store(nil)
+		s.freeG2(bref{o.id, idx}, g, false, o.pinned) // no punch: exposed
+		s.c.evictions[tiG2].Add(1)
+	}
+	s.fromMemFileLocked(o) // the dirty ones, then the close
 }
 
 // maybeMemFileLocked gives file object o a memory file before its first G2
@@ -560,6 +669,7 @@ func (s *Store) ClosePassthrough(id ObjectID, write bool) error {
 		s.expediteLocked(o)
 	}
 	if m.opens--; m.opens == 0 {
+		m.closedAt = time.Now()
 		s.pt.closedLast(o)
 		if !o.pinned {
 			now := time.Now()
@@ -588,12 +698,12 @@ func (s *Store) adoptLocked(o *object) error {
 	m.mu.Lock()
 	m.size = st.Size
 	m.mu.Unlock()
-	if st.Size != o.size {
-		if err := s.markMetaDirty(o); err != nil {
-			return err
-		}
-		o.size = st.Size
+	// Blocks are about to be marked dirty: the record must say so first
+	// (an fsync may have recorded the object clean since the open).
+	if err := s.markMetaDirty(o); err != nil {
+		return err
 	}
+	o.size = st.Size
 	if _, err := m.mapped(st.Size); err != nil {
 		return err
 	}

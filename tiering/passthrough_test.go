@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 )
 
 // TestPassthroughMemFile: an object opened for passthrough is served from
@@ -125,6 +126,15 @@ func TestPassthroughMemFileCap(t *testing.T) {
 		fs.store.ClosePassthrough(id, false)
 		pt.File.Close()
 	}
+	// Files closed less than a second ago are kept (go-fuse may still
+	// hold them registered); once older, the next open trims them.
+	time.Sleep(1100 * time.Millisecond)
+	pt, err := fs.store.OpenPassthrough(ctx, ids[4], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.store.ClosePassthrough(ids[4], false)
+	pt.File.Close()
 	if n := fs.store.Stats().PassthroughObjects; n > 2 {
 		t.Fatalf("%d objects keep a memory file; cap 2", n)
 	}
@@ -133,21 +143,23 @@ func TestPassthroughMemFileCap(t *testing.T) {
 			t.Fatalf("object %d: wrong bytes after its memory file was given up", i)
 		}
 	}
-	a, err := fs.store.OpenPassthrough(ctx, ids[0], false)
+	// The two that kept theirs (the most recently closed) are opened: with
+	// both open, an object without a memory file is refused one.
+	a, err := fs.store.OpenPassthrough(ctx, ids[3], false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := fs.store.OpenPassthrough(ctx, ids[1], false)
+	b, err := fs.store.OpenPassthrough(ctx, ids[4], false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fs.store.OpenPassthrough(ctx, ids[2], false); !errors.Is(err, tiering.ErrNoPassthrough) {
+	if _, err := fs.store.OpenPassthrough(ctx, ids[0], false); !errors.Is(err, tiering.ErrNoPassthrough) {
 		t.Fatalf("third open with a cap of 2, both open: %v; want ErrNoPassthrough", err)
 	}
 	for _, x := range []struct {
 		id tiering.ObjectID
 		f  tiering.PassthroughInfo
-	}{{ids[0], a}, {ids[1], b}} {
+	}{{ids[3], a}, {ids[4], b}} {
 		fs.store.ClosePassthrough(x.id, false)
 		x.f.File.Close()
 	}
@@ -180,5 +192,54 @@ func TestMemFilesFromFirstWrite(t *testing.T) {
 	}
 	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
 		t.Fatal("daemon read: wrong bytes")
+	}
+}
+
+// TestMemFilePromotionFailureKeepsInstalledBlock: two readers promote the
+// same block of an object with a memory file (the same pages); the one
+// whose read fails (its request interrupted) must not zero or punch the
+// pages the other installed (it did: later readers got zeros).
+func TestMemFilePromotionFailureKeepsInstalledBlock(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.MemFiles = true })
+	defer fs.close(t)
+	const bs = 64 << 10
+	id, _ := fs.store.Create("ns", bs, "file")
+	want := data(7, bs)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 5*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	gate := faulttier.NewGate()
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Times: 1, Gate: gate})
+	actx, cancel := context.WithCancel(ctx)
+	aerr := make(chan error, 1)
+	go func() {
+		_, err := fs.store.ReadAt(actx, id, make([]byte, bs), 0)
+		aerr <- err
+	}()
+	<-gate.Arrived()
+	// Reader B promotes and installs the block (same pages).
+	got := make([]byte, bs)
+	if n, err := fs.store.ReadAt(ctx, id, got, 0); err != nil || n != bs || !bytes.Equal(got, want) {
+		t.Fatalf("reader B: %d %v eq=%v", n, err, bytes.Equal(got, want))
+	}
+	cancel() // reader A's request is interrupted
+	t.Logf("reader A: %v", <-aerr)
+	got = make([]byte, bs)
+	if _, err := fs.store.ReadAt(ctx, id, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		z := 0
+		for _, c := range got {
+			if c == 0 {
+				z++
+			}
+		}
+		t.Fatalf("reader C after A's failed promotion: wrong bytes (%d of %d zero)", z, bs)
 	}
 }

@@ -502,7 +502,8 @@ func (s *Store) dropObjectLocked(o *object) {
 		s.dropBlockLocked(o, idx)
 	}
 	if o.mf != nil {
-		o.mf.close() // the kernel keeps its own reference for open files
+		o.mf.retired = true // closed below: its fd number must not be punched afterwards
+		o.mf.close()        // the kernel keeps its own reference for open files and mappings
 		o.mf = nil
 		s.pt.gone(o)
 	}
