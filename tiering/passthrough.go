@@ -293,6 +293,21 @@ func (s *Store) promoteMemLocked(ctx context.Context, o *object, idx uint32, b *
 	return g, src, nil
 }
 
+// residentInMemFile reports whether every block of o is in G2 in its
+// memory file already (a passthrough open then reads nothing, whatever the
+// object's size). o.mu held.
+func (o *object) residentInMemFile() bool {
+	if o.mf == nil {
+		return false
+	}
+	for _, b := range o.blocks {
+		if g := b.g2.Load(); g == nil || g.mf == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // PassthroughInfo is what OpenPassthrough hands the front end.
 type PassthroughInfo struct {
 	// File is a descriptor of the object's memory file, the caller's to
@@ -329,7 +344,7 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		return PassthroughInfo{}, err
 	}
 	defer o.mu.Unlock()
-	if o.kind == KindNBD || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0)) {
+	if o.kind == KindNBD || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0) && !o.residentInMemFile()) {
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
 	if write {
@@ -561,7 +576,7 @@ func (s *Store) retireMemFileLocked(o *object) {
 // for writing.
 func (s *Store) maybeMemFileLocked(o *object, end int64) bool {
 	if !s.cfg.MemFiles || o.mf != nil || o.kind == KindNBD || len(o.blocks) > 0 ||
-		end > s.cfg.PassthroughMaxBytes || !s.pt.reserve(s.cfg.PassthroughMaxFiles) {
+		!s.pt.reserve(s.cfg.PassthroughMaxFiles) {
 		return false
 	}
 	m, err := newMemFile(o.id)

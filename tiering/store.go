@@ -79,9 +79,10 @@ type Config struct {
 	// above half their bound, or once Flush, Expedite or Close asks for
 	// its object; acknowledged flushes keep their contract exactly.
 	WriteBackDelay time.Duration
-	// PassthroughMaxBytes is the largest object OpenPassthrough serves
-	// from a memory file (default 256 MiB; larger ones go through the
-	// daemon, so opening one never reads that much into G2 at once).
+	// PassthroughMaxBytes is the largest object OpenPassthrough brings
+	// into a memory file (default 256 MiB; larger ones go through the
+	// daemon unless already wholly in their memory file, so opening one
+	// never reads that much into G2 at once).
 	PassthroughMaxBytes int64
 	// MemFiles gives file objects a memory file from their first write
 	// (up to PassthroughMaxFiles of them), so a passthrough open of a file
