@@ -113,13 +113,21 @@ func TestE2EPassthrough(t *testing.T) {
 	_ = ctx
 }
 
+// status returns the daemon's status, waiting up to 20 s for its admin
+// socket (it may listen a moment after the mount is live).
 func status(t *testing.T, d *harness.Daemon) harness.Status {
 	t.Helper()
-	st, err := d.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := d.Status(context.Background())
+		if err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return st
 }
 
 func readFile(t *testing.T, p string) []byte {

@@ -89,6 +89,9 @@ type memFile struct {
 	// closedAt is the last passthrough close (the retire grace period
 	// runs from it).
 	closedAt time.Time
+	// takenMtime is the file's mtime at the last take-in (adoptLocked):
+	// unchanged, nothing was written through the file since.
+	takenMtime unix.Timespec
 	mu       sync.Mutex
 	maps     [][]byte // every mapping made, the newest last
 	size     int64    // the file's size (bytes)
@@ -713,11 +716,15 @@ func (s *Store) adoptLocked(o *object) error {
 	m.mu.Lock()
 	m.size = st.Size
 	m.mu.Unlock()
+	if st.Mtim == m.takenMtime && st.Size == o.size {
+		return nil // nothing written through the file since the last take-in
+	}
 	// Blocks are about to be marked dirty: the record must say so first
 	// (an fsync may have recorded the object clean since the open).
 	if err := s.markMetaDirty(o); err != nil {
 		return err
 	}
+	m.takenMtime = st.Mtim
 	o.size = st.Size
 	if _, err := m.mapped(st.Size); err != nil {
 		return err
