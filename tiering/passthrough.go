@@ -92,11 +92,11 @@ type memFile struct {
 	// takenMtime is the file's mtime at the last take-in (adoptLocked):
 	// unchanged, nothing was written through the file since.
 	takenMtime unix.Timespec
-	mu       sync.Mutex
-	maps     [][]byte // every mapping made, the newest last
-	size     int64    // the file's size (bytes)
-	opens    int      // passthrough opens of the object
-	writers  int      // of them, opens for writing
+	mu         sync.Mutex
+	maps       [][]byte // every mapping made, the newest last
+	size       int64    // the file's size (bytes)
+	opens      int      // passthrough opens of the object
+	writers    int      // of them, opens for writing
 }
 
 // mapChunk is the granule mappings are sized in (virtual address space
