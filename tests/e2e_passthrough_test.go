@@ -25,7 +25,6 @@ import (
 func TestE2EPassthrough(t *testing.T) {
 	bin := needE2E(t)
 	d := harness.Start(t, bin, harness.Options{DRAM: "48MiB", G3Size: "1GiB"})
-	ctx := context.Background()
 	st := status(t, d)
 	if !st.Passthrough.On {
 		if strings.Contains(os.Getenv("CTXMEM_E2E_RUN_FLAGS"), "passthrough=false") {
@@ -110,7 +109,6 @@ func TestE2EPassthrough(t *testing.T) {
 	if got := readFile(t, path); !bytes.Equal(got, want) {
 		t.Fatal("after restart: wrong bytes")
 	}
-	_ = ctx
 }
 
 // status returns the daemon's status, waiting up to 20 s for its admin

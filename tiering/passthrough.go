@@ -118,6 +118,11 @@ func (m *memFile) setSize(n int64) error {
 	if n == m.size {
 		return nil
 	}
+	return m.truncateLocked(n)
+}
+
+// truncateLocked sets the file's size to n. m.mu held.
+func (m *memFile) truncateLocked(n int64) error {
 	if err := unix.Ftruncate(m.fd, n); err != nil {
 		return fmt.Errorf("memory file size %d: %w", n, err)
 	}
@@ -142,11 +147,7 @@ func (m *memFile) grow(n int64) error {
 		m.size = st.Size
 		return nil
 	}
-	if err := unix.Ftruncate(m.fd, n); err != nil {
-		return fmt.Errorf("memory file size %d: %w", n, err)
-	}
-	m.size = n
-	return nil
+	return m.truncateLocked(n)
 }
 
 // mapped returns the newest mapping, at least end bytes long.
@@ -369,7 +370,7 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 	if err == nil && o.mf != nil {
 		var fd int
 		if fd, err = unix.FcntlInt(uintptr(o.mf.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
-			return s.openedLocked(o, id, fd, write, srcs, !hadFile), nil
+			return s.openedLocked(o, id, fd, write, srcs), nil
 		}
 		err = fmt.Errorf("passthrough object %d: dup: %w", id, err)
 		if !hadFile {
@@ -391,7 +392,7 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 
 // openedLocked counts a passthrough open of o whose memory file is ready
 // and returns its descriptor fd to the caller. o.mu held for writing.
-func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs map[uint32]int, fresh bool) PassthroughInfo {
+func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs map[uint32]int) PassthroughInfo {
 	if o.mf.opens == 0 {
 		s.holdResidentLocked(o)
 		s.pt.opened(o)
@@ -403,7 +404,6 @@ func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs ma
 	s.c.ptOpens.Add(1)
 	s.countOpenLocked(o, srcs)
 	o.mf.exposed = true
-	_ = fresh
 	return PassthroughInfo{File: os.NewFile(uintptr(fd), fmt.Sprintf("ctxmemd-g2-%d", id)), Size: o.size}
 }
 

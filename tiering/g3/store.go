@@ -265,14 +265,24 @@ func (s *Store) reserveInActive(n int) (*segment, int64, error) {
 	if s.closed {
 		return nil, 0, tier.ErrClosed
 	}
+	a, off, ok := s.takeLocked(n)
+	if !ok {
+		return nil, 0, fmt.Errorf("g3: no room in the active segment: %w", tier.ErrNoSpace)
+	}
+	return a, off, nil
+}
+
+// takeLocked reserves n bytes at the end of the active segment if it has
+// room (its writes in flight counted). Caller holds mu for writing.
+func (s *Store) takeLocked(n int) (*segment, int64, bool) {
 	a := s.active
 	if a == nil || a.writeOff+int64(n) > a.size {
-		return nil, 0, fmt.Errorf("g3: no room in the active segment: %w", tier.ErrNoSpace)
+		return a, 0, false
 	}
 	off := a.writeOff
 	a.writeOff += int64(n)
 	a.inflight++
-	return a, off, nil
+	return a, off, true
 }
 
 // PostponeReclaim, called from inside OnEvict, gives up the reclaim that
@@ -367,11 +377,8 @@ func (s *Store) reserve(ctx context.Context, n int) (*segment, int64, uint64, er
 			s.mu.Unlock()
 			return nil, 0, 0, tier.ErrClosed
 		}
-		a := s.active
-		if a != nil && a.writeOff+int64(n) <= a.size {
-			off := a.writeOff
-			a.writeOff += int64(n)
-			a.inflight++
+		a, off, ok := s.takeLocked(n)
+		if ok {
 			seq := s.nextSeq
 			s.nextSeq++
 			s.mu.Unlock()
