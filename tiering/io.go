@@ -619,16 +619,22 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		if b := o.blocks[idx]; b != nil {
 			if boff == 0 && cnt >= o.blockLen(idx) {
 				s.dropBlockLocked(o, idx)
-				if o.mf != nil {
-					// Passthrough readers read the file: the range must
-					// read as zeros there too.
-					o.mf.punchData(int64(idx)*int64(o.bs), int64(o.bs))
-				}
 			} else {
 				err = s.writeBlock(ctx, o, idx, boff, make([]byte, cnt), o.size)
 			}
 		}
 		pos += int64(cnt)
+	}
+	if o.mf != nil {
+		// Passthrough readers read the memory file: the whole blocks just
+		// dropped must read as zeros there too (the edges were zeroed
+		// through G2 above). One punch for the whole run of them.
+		bs := int64(o.bs)
+		lo, hi := (off+bs-1)/bs*bs, end/bs*bs
+		if end == o.size {
+			hi = end // the object's last block, partial, was dropped whole
+		}
+		o.mf.punchData(lo, hi-lo)
 	}
 	if err == nil {
 		s.scheduleClean(o)

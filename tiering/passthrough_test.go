@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // TestPassthroughMemFile: an object opened for passthrough is served from
@@ -241,5 +242,59 @@ func TestMemFilePromotionFailureKeepsInstalledBlock(t *testing.T) {
 			}
 		}
 		t.Fatalf("reader C after A's failed promotion: wrong bytes (%d of %d zero)", z, bs)
+	}
+}
+
+// TestPassthroughDiscardAndCorruptBlock: a TRIM of whole blocks of an
+// object open by passthrough reads as zeros through the memory file too,
+// the partial edges included; and an open that finds a block corrupt in
+// every tier loses the object (ErrLost) without keeping a memory file.
+func TestPassthroughDiscardAndCorruptBlock(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.MemFiles = true })
+	defer fs.close(t)
+	const bs = 64 << 10
+	id, _ := fs.store.Create("ns", bs, "file")
+	want := data(50, 5*bs)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	pt, err := fs.store.OpenPassthrough(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.store.Discard(ctx, id, bs/2, 3*bs); err != nil { // half of 0, all of 1-2, half of 3
+		t.Fatal(err)
+	}
+	clear(want[bs/2 : bs/2+3*bs])
+	got := make([]byte, len(want))
+	if n, _ := pt.File.ReadAt(got, 0); n != len(want) || !bytes.Equal(got, want) {
+		t.Fatal("memory file after a TRIM: not the object's bytes")
+	}
+	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("daemon read after a TRIM: wrong bytes")
+	}
+	fs.store.ClosePassthrough(id, false)
+	pt.File.Close()
+
+	bad, _ := fs.store.Create("ns", bs, "file")
+	if _, err := fs.store.WriteAt(ctx, bad, data(51, 2*bs), 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, bad, 5*time.Second)
+	if _, err := fs.store.Demote(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	before := fs.store.Stats().PassthroughObjects
+	undo := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: tier.ErrCorrupt})
+	defer undo()
+	if _, err := fs.store.OpenPassthrough(ctx, bad, false); !errors.Is(err, tiering.ErrLost) {
+		t.Fatalf("OpenPassthrough of an object with a corrupt block = %v; want ErrLost", err)
+	}
+	if _, err := fs.store.Stat(bad); !errors.Is(err, tiering.ErrNotExist) {
+		t.Fatalf("Stat of the lost object = %v; want ErrNotExist", err)
+	}
+	if n := fs.store.Stats().PassthroughObjects; n >= before {
+		t.Fatalf("memory files %d after losing an object that had one (%d before)", n, before)
 	}
 }
