@@ -65,6 +65,7 @@ type descs struct {
 	build                                                     *prometheus.Desc
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
 	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
+	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -108,6 +109,9 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		ptOn:          newDesc("passthrough_on", "1 while opens of G2-resident files are served by FUSE passthrough, else 0."),
 		ptOpens:       newDesc("passthrough_opens_total", "Opens served by FUSE passthrough from a memory file."),
 		fuseReqs:      newDesc("fuse_daemon_requests_total", "READ and WRITE requests the daemon served through FUSE (passthrough opens send none), by op.", "op"),
+		gcPending:     newDesc("gc_pending_blocks", "Block copies in lower tiers that no live block uses, queued for deletion."),
+		gcDeleted:     newDesc("gc_deleted_blocks_total", "Garbage block copies deleted from lower tiers."),
+		gcFailed:      newDesc("gc_failures_total", "Failed deletions of garbage block copies (each is retried with backoff)."),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -120,7 +124,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
-		d.ptOn, d.ptOpens, d.fuseReqs} {
+		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed} {
 		ch <- x
 	}
 }
@@ -141,6 +145,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(d.ptOpens, s.Stats.PassthroughOpens)
+	gauge(d.gcPending, float64(s.Stats.GCPending))
+	counter(d.gcDeleted, s.Stats.GCDeleted)
+	counter(d.gcFailed, s.Stats.GCFailed)
 	if p := s.Passthrough; p != nil {
 		gauge(d.ptOn, b2f(p.On))
 		counter(d.fuseReqs, p.DaemonReads, "read")

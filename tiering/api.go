@@ -145,9 +145,16 @@ type Stats struct {
 	PassthroughObjects int64            `json:"passthrough_objects"`
 	PassthroughOpen    int64            `json:"passthrough_open"`
 	Dropped            map[string]int64 `json:"dropped"` // blocks dropped, by reason
-	CRCErrors          int64            `json:"crc_errors"`
-	ObjectsLost        int64            `json:"objects_lost"`
-	Objects            int64            `json:"objects"`
+	// GCPending is the number of block copies in lower tiers that no
+	// live block uses and that are queued for deletion (garbage not yet
+	// deleted); GCDeleted counts deletions done and GCFailed failed
+	// attempts, each retried with backoff (gc.go).
+	GCPending   int64 `json:"gc_pending"`
+	GCDeleted   int64 `json:"gc_deleted"`
+	GCFailed    int64 `json:"gc_failed"`
+	CRCErrors   int64 `json:"crc_errors"`
+	ObjectsLost int64 `json:"objects_lost"`
+	Objects     int64 `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

@@ -146,17 +146,8 @@ func (s *Store) delayLoop() {
 		if wait > 0 {
 			timer.Reset(wait)
 		}
-		select {
-		case <-ch:
-		case <-timer.C:
-		case <-s.ctx.Done():
+		if !s.wake(ch, timer) {
 			return
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
 		}
 	}
 }

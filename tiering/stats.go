@@ -39,6 +39,7 @@ type counters struct {
 	admissionsDenied              atomic.Int64
 	relocations                   atomic.Int64
 	reclaimsPostponed             atomic.Int64
+	gcDeleted, gcFailed           atomic.Int64
 	ptOpens                       atomic.Int64
 	dropped                       [nDrop]atomic.Int64
 	crcErrors                     atomic.Int64

@@ -447,7 +447,7 @@ func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
 	}
 	k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
 	s.gc(g3, k) // the discard's deletion, arriving late
-	s.drainGC()
+	s.drainGC(context.Background())
 	if _, err := g3.Stat(k); err != nil {
 		t.Fatalf("a queued deletion removed the rewritten block: %v", err)
 	}
