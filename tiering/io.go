@@ -369,7 +369,9 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 	if boff > g.n {
 		clear(g.buf[g.n:boff])
 	}
-	copy(g.buf[boff:], data)
+	if err := g.fill(boff, data); err != nil {
+		return err
+	}
 	g.n = max(g.n, need)
 	if b.inG35 {
 		// The pool holds the old bytes under the same key: it is stale

@@ -1,9 +1,12 @@
 package tiering
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -37,6 +40,32 @@ type g2block struct {
 	// returning buf to the pool.
 	mf  *memFile
 	off int64
+}
+
+// fill copies data into the block at byte boff (the block must already
+// cover boff+len(data)). Into a memory file it goes by pwrite(2) rather
+// than through the mapping: the kernel then fills the file's pages in one
+// call instead of taking a page fault per 4 KiB page (under the process's
+// mmap lock, contended by every other fault and munmap) and zeroing each
+// page before the copy; fresh 256 KiB of a memfd fill about twice as fast
+// this way (BenchmarkMemFill). Errors: those of pwrite (ENOSPC/ENOMEM when
+// shared memory runs out; the mapping would have raised SIGBUS instead).
+func (g *g2block) fill(boff int, data []byte) error {
+	if g.mf == nil {
+		copy(g.buf[boff:], data)
+		return nil
+	}
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(g.mf.fd, data[off:], g.off+int64(boff+off))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write memory file: %w", err)
+		}
+		off += n
+	}
+	return nil
 }
 
 // blockState tracks one written block of an object. A block that was never

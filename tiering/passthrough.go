@@ -290,7 +290,10 @@ func (s *Store) promoteMemLocked(ctx context.Context, o *object, idx uint32, b *
 	if err != nil {
 		return nil, 0, err
 	}
-	copy(g.buf[:blen], tmp[:blen])
+	if err := g.fill(0, tmp[:blen]); err != nil {
+		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		return nil, 0, err
+	}
 	g.n = blen
 	b.g2.Store(g)
 	s.c.promotions.Add(1)
