@@ -414,8 +414,12 @@ func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) s
 	return 0
 }
 
-// Allocate implements fallocate mode 0 (extend the size; space is not
-// reserved in the tiers). Every other mode is EOPNOTSUPP.
+// Allocate implements fallocate mode 0: the size is extended and the new
+// bytes are charged to the namespace (quota and statfs used) at once, as
+// a write of zeros would be; ENOSPC when statfs shows less room than the
+// extension needs (roomFor), EDQUOT past the namespace's quota, and
+// nothing changes then. Blocks are not written (the range reads as a
+// hole). Every other mode is EOPNOTSUPP.
 func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	if mode != 0 {
 		return syscall.EOPNOTSUPP
@@ -430,6 +434,9 @@ func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, 
 	n.mu.Unlock()
 	if end <= cur {
 		return 0
+	}
+	if !fn.fsys.roomFor(n, allocBytes(end)-allocBytes(cur)) {
+		return syscall.ENOSPC
 	}
 	if e := fn.fsys.truncate(n, end); e != 0 {
 		return e

@@ -154,6 +154,26 @@ func (f *fsys) statfs(n *node, out *fuse.StatfsOut) {
 	out.NameLen = maxNameLen
 }
 
+// roomFor reports whether statfs shows at least delta bytes free both in
+// n's namespace and on the whole mount: what fallocate mode 0 promises
+// (a preallocated file's later writes find room) is then true of the
+// space the mount reports, whether a quota or the tiers' capacity bounds
+// it. Concurrent writers can still take the room before the file's own
+// writes land; a store with an unbounded G4 under it takes them anyway.
+func (f *fsys) roomFor(n *node, delta int64) bool {
+	if delta <= 0 {
+		return true
+	}
+	for _, at := range []*node{n, f.t.root} {
+		var out fuse.StatfsOut
+		f.statfs(at, &out)
+		if out.Blocks > 0 && int64(out.Bfree)*int64(out.Bsize) < delta {
+			return false
+		}
+	}
+	return true
+}
+
 // touchTimes sets mtime and ctime of n to ts.
 func touchTimes(n *node, ts int64) {
 	n.mu.Lock()

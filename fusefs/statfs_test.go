@@ -215,3 +215,36 @@ func nixlClean(t *testing.T, dir string, high, low float64) (deleted, left int) 
 	}
 	return deleted, len(files) - deleted
 }
+
+// TestFallocateReservesRoom is issue 18 item 5: fallocate mode 0 is
+// charged to the namespace at once (statfs moves) and refused with ENOSPC,
+// changing nothing, when statfs shows less room than it asks for.
+func TestFallocateReservesRoom(t *testing.T) {
+	be := newFakeBackend()
+	be.total = 1 << 30
+	m := mount(t, be, Options{StatfsCapacity: 8 << 20})
+	f, err := os.Create(filepath.Join(m.ns(""), "kv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := unix.Fallocate(fd, 0, 0, 6<<20); err != nil {
+		t.Fatalf("fallocate 6 MiB of 8: %v", err)
+	}
+	if st := statfsOf(t, m.ns("")); st.Bfree != (2<<20)/4096 {
+		t.Fatalf("after fallocate of 6 MiB: bfree %d blocks, want %d", st.Bfree, (2<<20)/4096)
+	}
+	if err := unix.Fallocate(fd, 0, 0, 9<<20); err != unix.ENOSPC {
+		t.Fatalf("fallocate to 9 MiB with 2 MiB free: %v, want ENOSPC", err)
+	}
+	if st, _ := f.Stat(); st.Size() != 6<<20 {
+		t.Fatalf("size after refused fallocate: %d, want %d", st.Size(), 6<<20)
+	}
+	if err := unix.Fallocate(fd, 0, 4<<20, 4<<20); err != nil { // to 8 MiB: exactly the room left
+		t.Fatalf("fallocate of the last 2 MiB: %v", err)
+	}
+	if st := statfsOf(t, m.ns("")); st.Bfree != 0 {
+		t.Fatalf("bfree %d after filling the capacity by fallocate", st.Bfree)
+	}
+}
