@@ -84,10 +84,11 @@
 // Concurrent writes to different ranges of one file proceed in parallel.
 // Quota (Namespace.QuotaBytes) counts the sum of file sizes, unlinked
 // files still open included; a write, truncate or fallocate growing past
-// it fails with EDQUOT. fallocate mode 0 extends the size (the tiers
-// reserve no space); every other mode is EOPNOTSUPP. Holes read as zeros.
-// atime changes only through utimensat (reads do not update it; with
-// cached reads they could not).
+// it fails with EDQUOT. fallocate mode 0 extends the size and is refused
+// with ENOSPC when statfs shows too little room; every other mode is
+// EOPNOTSUPP. Holes read as zeros. atime follows relatime at each open
+// for reading (reads themselves often never reach the daemon), and
+// utimensat.
 //
 // # Unlink, rename and directory listings
 //

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
 
@@ -83,6 +84,9 @@ func writeAccess(flags uint32) bool {
 func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		f.relatime(n, flags)
+	}
 	if h, handled, e := f.tryPassthrough(ctx, n, flags); handled {
 		return h, 0, e
 	}
@@ -102,6 +106,29 @@ func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, 
 	}
 	n.mu.Unlock()
 	return h, fl, 0
+}
+
+// relatime updates n's atime for an open that may read, with the kernel's
+// relatime rule (fs/inode.c, atime_needs_update): when atime is not later
+// than mtime or ctime, or is a day old. Reads themselves do not reach the
+// daemon with passthrough or the page cache, so the open stands for them,
+// as it does for atime-ordered evictors (a file just opened for reading is
+// one just used). O_NOATIME skips it. Persisted with the next journal
+// commit, like other attribute-only changes.
+func (f *fsys) relatime(n *node, flags uint32) {
+	if flags&syscall.O_NOATIME != 0 {
+		return
+	}
+	ts := now()
+	n.mu.Lock()
+	old := n.atime <= n.mtime || n.atime <= n.ctime || ts-n.atime >= int64(24*time.Hour)
+	if old {
+		n.atime = ts
+	}
+	n.mu.Unlock()
+	if old {
+		f.j.touch(n)
+	}
 }
 
 // Open answers every OPEN (see "Open modes" above). An open with O_TRUNC

@@ -559,3 +559,64 @@ func TestOpenTruncate(t *testing.T) {
 		t.Fatalf("O_TRUNC by uid 1000 kept setuid: %v", st.Mode())
 	}
 }
+
+// TestRelatimeOnOpen is issue 18 item 4: an open for reading updates atime
+// by the relatime rule (older than mtime, or a day old), so atime-ordered
+// evictors do not evict a file just read; a fresh atime and O_NOATIME are
+// left alone, and so is an open for writing only.
+func TestRelatimeOnOpen(t *testing.T) {
+	m := mount(t, nil, Options{AttrTimeout: -1})
+	p := filepath.Join(m.ns(""), "kv")
+	if err := os.WriteFile(p, []byte("block"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	atime := func() time.Time {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Atim.Unix())
+	}
+	read := func(flags int) {
+		fd, err := unix.Open(p, flags, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	mtime := time.Now().Add(-time.Hour).Truncate(time.Second)
+	older := mtime.Add(-time.Hour)
+	if err := os.Chtimes(p, older, mtime); err != nil {
+		t.Fatal(err)
+	}
+	read(unix.O_WRONLY)
+	if got := atime(); !got.Equal(older) {
+		t.Fatalf("open for writing moved atime to %v", got)
+	}
+	read(unix.O_RDONLY | unix.O_NOATIME)
+	if got := atime(); !got.Equal(older) {
+		t.Fatalf("O_NOATIME open moved atime to %v", got)
+	}
+	read(unix.O_RDONLY)
+	if got := atime(); !got.After(mtime) {
+		t.Fatalf("atime %v older than mtime %v after an open for reading", got, mtime)
+	}
+	// Newer than mtime and ctime, less than a day old: unchanged.
+	fresh := time.Now().Add(time.Minute).Truncate(time.Second)
+	if err := os.Chtimes(p, fresh, mtime); err != nil {
+		t.Fatal(err)
+	}
+	read(unix.O_RDONLY)
+	if got := atime(); !got.Equal(fresh) {
+		t.Fatalf("fresh atime %v moved to %v", fresh, got)
+	}
+	// A day old: updated.
+	day := time.Now().Add(-25 * time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(p, day, day.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	read(unix.O_RDONLY)
+	if got := atime(); got.Before(time.Now().Add(-time.Minute)) {
+		t.Fatalf("day-old atime not updated: %v", got)
+	}
+}
