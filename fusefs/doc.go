@@ -86,9 +86,9 @@
 // files still open included; a write, truncate or fallocate growing past
 // it fails with EDQUOT. fallocate mode 0 extends the size and is refused
 // with ENOSPC when statfs shows too little room; every other mode is
-// EOPNOTSUPP. Holes read as zeros. atime follows relatime at each open
-// for reading (reads themselves often never reach the daemon), and
-// utimensat.
+// EOPNOTSUPP. Holes read as zeros. atime follows relatime at the release
+// of each open for reading (reads themselves often never reach the
+// daemon), and utimensat.
 //
 // # Unlink, rename and directory listings
 //

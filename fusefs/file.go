@@ -72,7 +72,12 @@ var (
 // openHandle is the file handle of one open; it records whether the open
 // counts as a writer and whether it was answered in cached mode (see
 // Open).
-type openHandle struct{ write, cached bool }
+type openHandle struct {
+	write, cached bool
+	// atime: the open may read and did not ask for O_NOATIME, so its
+	// release updates atime (fsys.relatime).
+	atime bool
+}
 
 // writeAccess reports whether open flags ask for write access.
 func writeAccess(flags uint32) bool {
@@ -84,13 +89,14 @@ func writeAccess(flags uint32) bool {
 func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
-		f.relatime(n, flags)
-	}
+	atime := flags&syscall.O_ACCMODE != syscall.O_WRONLY && flags&syscall.O_NOATIME == 0
 	if h, handled, e := f.tryPassthrough(ctx, n, flags); handled {
+		if ph, ok := h.(*ptHandle); ok {
+			ph.atime = atime
+		}
 		return h, 0, e
 	}
-	h := &openHandle{write: writeAccess(flags)}
+	h := &openHandle{write: writeAccess(flags), atime: atime}
 	n.mu.Lock()
 	n.opens++
 	if h.write {
@@ -108,17 +114,15 @@ func (f *fsys) open(ctx context.Context, n *node, flags uint32) (fs.FileHandle, 
 	return h, fl, 0
 }
 
-// relatime updates n's atime for an open that may read, with the kernel's
-// relatime rule (fs/inode.c, atime_needs_update): when atime is not later
-// than mtime or ctime, or is a day old. Reads themselves do not reach the
-// daemon with passthrough or the page cache, so the open stands for them,
-// as it does for atime-ordered evictors (a file just opened for reading is
-// one just used). O_NOATIME skips it. Persisted with the next journal
-// commit, like other attribute-only changes.
-func (f *fsys) relatime(n *node, flags uint32) {
-	if flags&syscall.O_NOATIME != 0 {
-		return
-	}
+// relatime updates n's atime when an open that may read is released,
+// with the kernel's relatime rule (fs/inode.c, atime_needs_update): when
+// atime is not later than mtime or ctime, or is a day old. Reads
+// themselves do not reach the daemon with passthrough or the page cache,
+// so the open stands for them, as it does for atime-ordered evictors (a
+// file just read is one just used); the release, not the open, so that
+// opening alone changes nothing (as on a local filesystem). Persisted
+// with the next journal commit, like other attribute-only changes.
+func (f *fsys) relatime(n *node) {
 	ts := now()
 	n.mu.Lock()
 	old := n.atime <= n.mtime || n.atime <= n.ctime || ts-n.atime >= int64(24*time.Hour)
@@ -196,6 +200,9 @@ func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno
 	obj := n.obj
 	n.mu.Unlock()
 	t.mu.RUnlock()
+	if h.atime {
+		fn.fsys.relatime(n)
+	}
 	if e, ok := fn.fsys.be.(expediter); ok && lastWriter {
 		e.Expedite(obj) // nothing more is coming: write back now
 	}

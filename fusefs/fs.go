@@ -155,14 +155,15 @@ func (f *fsys) statfs(n *node, out *fuse.StatfsOut) {
 }
 
 // roomFor reports whether statfs shows at least delta bytes free both in
-// n's namespace and on the whole mount: what fallocate mode 0 promises
+// n's namespace (unless its quota decides, with EDQUOT) and on the whole
+// mount: what fallocate mode 0 promises
 // (a preallocated file's later writes find room) is then true of the
 // space the mount reports, whether a quota or the tiers' capacity bounds
 // it. Concurrent writers can still take the room before the file's own
 // writes land; a store with an unbounded G4 under it takes them anyway.
 func (f *fsys) roomFor(n *node, delta int64) bool {
-	if delta <= 0 {
-		return true
+	if delta <= 0 || (n.ns != nil && n.ns.cfg.QuotaBytes > 0) {
+		return true // a quota bounds the namespace: truncate answers EDQUOT
 	}
 	for _, at := range []*node{n, f.t.root} {
 		var out fuse.StatfsOut

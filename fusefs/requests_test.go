@@ -88,10 +88,17 @@ func kvWrite(t *testing.T, path string, data []byte) {
 
 // atMost fails t when a request count per file in got is above its
 // bound in want (opcodes missing from want must not occur at all).
+// INTERRUPT is not counted: the kernel sends it when the calling thread
+// takes a signal while a request waits for its answer, and the Go
+// runtime's own preemption signal (SIGURG) reaches the test's threads at
+// random, more often on a loaded machine.
 func atMost(t *testing.T, what string, got map[string]int, files int, want map[string]float64) {
 	t.Helper()
 	t.Logf("%s: %s", what, perFile(got, files))
 	for op, n := range got {
+		if op == "INTERRUPT" {
+			continue
+		}
 		if per := float64(n) / float64(files); per > want[op] {
 			t.Errorf("%s: %.2f %s requests per file, want at most %.2f", what, per, op, want[op])
 		}
