@@ -106,6 +106,10 @@ type Config struct {
 	G3SegmentSize int64
 	// G3High and G3Low are the G3 watermarks (fractions of G3Size).
 	G3High, G3Low float64
+	// G3CompactLive is the fraction of G3Size below which G3's live data
+	// is compacted rather than demoted at reclaim (g3.Options.CompactLive);
+	// 0 turns compaction off.
+	G3CompactLive float64
 	// G4 is the object-storage tier location: "file:///abs/path", an
 	// "s3://bucket/prefix" URL, or "none" (G4 disabled).
 	G4 string

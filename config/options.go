@@ -93,6 +93,8 @@ func table() []Option {
 			setFraction(func(c *Config) *float64 { return &c.G3High }), getFloat(func(c *Config) *float64 { return &c.G3High })),
 		opt("g3_low", "0.75", "G3 low watermark",
 			setFraction(func(c *Config) *float64 { return &c.G3Low }), getFloat(func(c *Config) *float64 { return &c.G3Low })),
+		opt("g3_compact_live", "0.5", "while G3's live data is at most this fraction of what g3_low holds, reclaim copies live blocks forward (compaction) instead of demoting them to G4; write amplification about 1/(1-x) at worst; 0 = off",
+			setFractionOrZero(func(c *Config) *float64 { return &c.G3CompactLive }), getFloat(func(c *Config) *float64 { return &c.G3CompactLive })),
 		derived(opt("g4", "file://<data_dir>/g4", "G4 object store: file:///abs/path, s3://bucket/prefix, or none to disable",
 			setG4, func(c *Config) string { return c.G4 }),
 			func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
@@ -266,6 +268,18 @@ func setFraction(f func(*Config) *float64) func(*Config, string) error {
 		}
 		*f(c) = x
 		return nil
+	}
+}
+
+// setFractionOrZero is setFraction that also takes 0 (off).
+func setFractionOrZero(f func(*Config) *float64) func(*Config, string) error {
+	frac := setFraction(f)
+	return func(c *Config, v string) error {
+		if x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "%")), 64); err == nil && x == 0 {
+			*f(c) = 0
+			return nil
+		}
+		return frac(c, v)
 	}
 }
 

@@ -66,6 +66,7 @@ type descs struct {
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
 	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
 	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
+	g3PutBytes, g3CompactedBytes                              *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -112,6 +113,9 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		gcPending:     newDesc("gc_pending_blocks", "Block copies in lower tiers that no live block uses, queued for deletion."),
 		gcDeleted:     newDesc("gc_deleted_blocks_total", "Garbage block copies deleted from lower tiers."),
 		gcFailed:      newDesc("gc_failures_total", "Failed deletions of garbage block copies (each is retried with backoff)."),
+		g3PutBytes:    newDesc("g3_put_bytes_total", "Payload bytes written to G3 by write-back and demotion."),
+		g3CompactedBytes: newDesc("g3_compacted_bytes_total", "Payload bytes G3 reclaim copied forward (compaction); "+
+			"write amplification is (put + compacted) / put."),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -124,7 +128,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
-		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed} {
+		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
+		d.g3PutBytes, d.g3CompactedBytes} {
 		ch <- x
 	}
 }
@@ -148,6 +153,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.gcPending, float64(s.Stats.GCPending))
 	counter(d.gcDeleted, s.Stats.GCDeleted)
 	counter(d.gcFailed, s.Stats.GCFailed)
+	counter(d.g3PutBytes, s.Stats.G3PutBytes)
+	counter(d.g3CompactedBytes, s.Stats.G3CompactedBytes)
 	if p := s.Passthrough; p != nil {
 		gauge(d.ptOn, b2f(p.On))
 		counter(d.fuseReqs, p.DaemonReads, "read")

@@ -149,12 +149,18 @@ type Stats struct {
 	// live block uses and that are queued for deletion (garbage not yet
 	// deleted); GCDeleted counts deletions done and GCFailed failed
 	// attempts, each retried with backoff (gc.go).
-	GCPending   int64 `json:"gc_pending"`
-	GCDeleted   int64 `json:"gc_deleted"`
-	GCFailed    int64 `json:"gc_failed"`
-	CRCErrors   int64 `json:"crc_errors"`
-	ObjectsLost int64 `json:"objects_lost"`
-	Objects     int64 `json:"objects"`
+	GCPending int64 `json:"gc_pending"`
+	// G3PutBytes, G3CompactedBlocks and G3CompactedBytes are G3's
+	// compaction counters (tier.Compactor; zero when G3 has none): write
+	// amplification is (put + compacted bytes) / put bytes.
+	G3PutBytes        int64 `json:"g3_put_bytes"`
+	G3CompactedBlocks int64 `json:"g3_compacted_blocks"`
+	G3CompactedBytes  int64 `json:"g3_compacted_bytes"`
+	GCDeleted         int64 `json:"gc_deleted"`
+	GCFailed          int64 `json:"gc_failed"`
+	CRCErrors         int64 `json:"crc_errors"`
+	ObjectsLost       int64 `json:"objects_lost"`
+	Objects           int64 `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

@@ -841,6 +841,9 @@ func (s *Store) Stats() Stats {
 	for i := range dropNames {
 		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()
 	}
+	if c, ok := s.g3.(tier.Compactor); ok {
+		st.G3PutBytes, st.G3CompactedBlocks, st.G3CompactedBytes = c.Compaction()
+	}
 	s.mu.RLock()
 	st.Objects = int64(len(s.objects))
 	objs := make([]*object, 0, len(s.objects))

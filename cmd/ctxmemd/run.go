@@ -175,7 +175,8 @@ func (d *daemon) open(ctx context.Context) error {
 	if cfg.G3Size > 0 {
 		s, err := g3.Open(g3.Options{
 			Dir: cfg.G3Dir, SegmentBytes: cfg.G3SegmentSize, CapacityBytes: cfg.G3Size,
-			HighWatermark: cfg.G3High, LowWatermark: cfg.G3Low, Logger: d.log.With("tier", "G3"),
+			HighWatermark: cfg.G3High, LowWatermark: cfg.G3Low, CompactLive: g3CompactLive(cfg.G3CompactLive),
+			Logger: d.log.With("tier", "G3"),
 			OnEvict: func(keys []tier.Key) {
 				if st := storeRef.Load(); st != nil {
 					st.DemoteFromG3(keys)
@@ -548,4 +549,13 @@ func writeBackDelay(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// g3CompactLive maps the g3_compact_live setting to g3.Options.CompactLive,
+// where 0 means the default and a negative value turns compaction off.
+func g3CompactLive(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -102,6 +102,10 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
 	fmt.Fprintf(tw, "admissions refused\t%d; dropped %s\n", s.AdmissionsDenied, joinCounts(s.Dropped))
 	fmt.Fprintf(tw, "CRC errors\t%d\n", s.CRCErrors)
+	if s.G3PutBytes > 0 {
+		fmt.Fprintf(tw, "G3 compaction\t%d blocks (%s) copied forward for %s put; write amplification %.2f\n", s.G3CompactedBlocks,
+			config.HumanSize(s.G3CompactedBytes), config.HumanSize(s.G3PutBytes), float64(s.G3PutBytes+s.G3CompactedBytes)/float64(s.G3PutBytes))
+	}
 	fmt.Fprintf(tw, "garbage\t%d block copies queued for deletion (%d deleted, %d failed attempts retried)\n", s.GCPending, s.GCDeleted, s.GCFailed)
 	if p := st.Passthrough; p.On {
 		fmt.Fprintf(tw, "passthrough\ton: %d opens served from memory files (%d objects have one, %d open now); daemon served READ %d, WRITE %d\n",

@@ -81,7 +81,13 @@
 // left to reclaim Put returns tier.ErrNoSpace and the store is unchanged.
 // Reclaiming a segment first calls Options.OnEvict with its live blocks,
 // which still read through Get during the call, so the tiering core can
-// demote them to G4 (or mark them lost) before they go.
+// demote them to G4 (or mark them lost) before they go. While the store's
+// live payload is at most Options.CompactLive of CapacityBytes, a
+// watermark reclaim first copies the segment's live blocks forward into
+// the active segment with their sequence numbers (compaction, as a
+// log-structured cleaner does), and only those that do not fit reach
+// OnEvict: dead space is freed without demoting live data. Compaction
+// stays oldest first, so the tombstone rule above holds.
 //
 // A reclaimed file is renamed "<id>.spare" and kept open for reuse while
 // segments and spares together fit in CapacityBytes (two spares when

@@ -21,6 +21,8 @@ const (
 	// CapacityBytes.
 	DefaultHighWatermark = 0.90
 	DefaultLowWatermark  = 0.75
+	// DefaultCompactLive is the default Options.CompactLive.
+	DefaultCompactLive = 0.5
 )
 
 // Options configures a Store. Zero values take the documented defaults.
@@ -42,6 +44,23 @@ type Options struct {
 	// would take the store above High, the oldest segments are reclaimed
 	// until it is at or below Low.
 	HighWatermark, LowWatermark float64
+	// CompactLive makes reclaim a cleaner rather than a plain FIFO
+	// (log-structured cleaning, Rosenblum & Ousterhout, SOSP '91): while
+	// the store's live payload is at most CompactLive × LowWatermark ×
+	// CapacityBytes, the live blocks of a segment reclaimed at the
+	// watermark are copied forward into the active segment (same sequence
+	// numbers, so newer puts and deletes still win) instead of being
+	// handed to OnEvict, so space that is dead is freed without demoting
+	// live data; with more live data they go to OnEvict (cold data leaves
+	// for G4). The segments kept then hold on average at most CompactLive
+	// live data, so each lap of the log copies at most that fraction of
+	// what it writes: write amplification about 1/(1-CompactLive) at
+	// worst, 2 at the default 0.5. Blocks that do not fit in the active
+	// segment wait for the next roll-over. Segments are still reclaimed
+	// oldest first, so a tombstone never outlives the records it hides. 0
+	// means DefaultCompactLive (0.5); negative disables compaction; at
+	// most 1.
+	CompactLive float64
 	// NoDirect forces buffered I/O even where O_DIRECT works.
 	NoDirect bool
 	// OnEvict, if set, is called with the live blocks of a segment just
@@ -81,6 +100,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if !(0 < o.LowWatermark && o.LowWatermark < o.HighWatermark && o.HighWatermark <= 1) {
 		return o, fmt.Errorf("g3: watermarks low %v high %v: want 0 < low < high <= 1", o.LowWatermark, o.HighWatermark)
+	}
+	if o.CompactLive == 0 {
+		o.CompactLive = DefaultCompactLive
+	}
+	if o.CompactLive > 1 {
+		return o, fmt.Errorf("g3: CompactLive %v: want at most 1", o.CompactLive)
 	}
 	if o.CapacityBytes < 0 {
 		return o, fmt.Errorf("g3: CapacityBytes %d < 0", o.CapacityBytes)

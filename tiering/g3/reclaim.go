@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -113,15 +114,28 @@ func (s *Store) reclaimOldest(why string) bool {
 	}
 	seg := s.segs[0]
 	var live []tier.Key
+	var need int64 // bytes the live records take when copied forward
 	seen := make(map[tier.Key]bool, len(seg.keys))
 	for _, k := range seg.keys {
 		if e, ok := s.index[k]; ok && e.seg == seg && !e.tomb && !seen[k] {
 			seen[k] = true
 			live = append(live, k)
+			need += int64(recordLen(k.Namespace, int(e.plen)))
 		}
+	}
+	compact := s.compactableLocked()
+	if compact && why == "watermark" && s.active.writeOff+need > s.active.size {
+		// The active segment cannot take them: stop reclaiming for now
+		// rather than demote live data; the next roll-over (with a fresh
+		// active segment) goes on where this one stopped.
+		s.mu.Unlock()
+		return false
 	}
 	s.mu.Unlock()
 
+	if compact && len(live) > 0 {
+		live = s.compact(live)
+	}
 	if len(live) > 0 && s.opts.OnEvict != nil {
 		s.opts.OnEvict(live)
 	}
@@ -170,6 +184,48 @@ func (s *Store) reclaimOldest(why string) bool {
 	s.log.Debug("G3 segment reclaimed", "segment", seg.path, "why", why, "blocks_dropped", dropped)
 	return true
 }
+
+// compactableLocked reports whether the segment about to be reclaimed is
+// compacted (Options.CompactLive): the store's live data is at most
+// CompactLive of what the low watermark holds, so the segments kept hold
+// on average at most that fraction of live data and copying it forward
+// frees more than it writes (with more live data, a log of fully live
+// segments would copy a whole segment per roll-over and free nothing),
+// and there is an active segment to copy into (there is none during the
+// reclaim that comes before a roll-over installs one). Caller holds mu.
+func (s *Store) compactableLocked() bool {
+	o := s.opts
+	return o.CompactLive > 0 && o.CapacityBytes > 0 && s.active != nil &&
+		float64(s.used) <= o.CompactLive*o.LowWatermark*float64(o.CapacityBytes)
+}
+
+// compact copies the live blocks of the segment being reclaimed forward
+// into the active segment (copyForward) and returns those it could not
+// copy (no room left, a read error), for OnEvict.
+func (s *Store) compact(live []tier.Key) []tier.Key {
+	ctx, cancel := context.WithTimeout(context.Background(), compactTimeout)
+	defer cancel()
+	var rest []tier.Key
+	for i, k := range live {
+		n, err := s.copyForward(ctx, k)
+		if errors.Is(err, tier.ErrNoSpace) || ctx.Err() != nil {
+			return append(rest, live[i:]...) // the active segment is full
+		}
+		if errors.Is(err, tier.ErrNotFound) {
+			continue // deleted meanwhile: nothing to keep
+		}
+		if err != nil {
+			rest = append(rest, k)
+			continue
+		}
+		s.st.compacted.Add(1)
+		s.st.compactedBytes.Add(int64(n))
+	}
+	return rest
+}
+
+// compactTimeout bounds the copying of one segment's live blocks.
+const compactTimeout = 30 * time.Second
 
 // maxSpares is how many reclaimed segment files are kept for reuse when
 // CapacityBytes is 0. With a capacity, spares are kept while segments and

@@ -77,6 +77,7 @@ type entry struct {
 type counters struct {
 	crcErrors, torn, damagedSegs, reclaims, evicted, noSpace atomic.Int64
 	syncs, relocated, postponed                              atomic.Int64
+	putBytes, compacted, compactedBytes                      atomic.Int64
 }
 
 // Stats are the store's counters since Open plus its current shape.
@@ -107,6 +108,11 @@ type Stats struct {
 	// Postponed counts reclaims given up because OnEvict called
 	// PostponeReclaim.
 	Postponed int64
+	// PutBytes is the payload bytes written by Put; Compacted and
+	// CompactedBytes count the live blocks (and their payload bytes)
+	// reclaim copied forward (Options.CompactLive). Write amplification
+	// of the cleaner is (PutBytes + CompactedBytes) / PutBytes.
+	PutBytes, Compacted, CompactedBytes int64
 	// Segments is the number of segments in the log; SegmentBytes the
 	// bytes of all segment files, spares (reclaimed files kept for reuse)
 	// included.
@@ -240,6 +246,9 @@ func (s *Store) appendBlock(ctx context.Context, k tier.Key, data []byte, seq ui
 	var err error
 	if seq == 0 {
 		seg, off, seq, err = s.reserve(ctx, rl)
+		if err == nil {
+			s.st.putBytes.Add(int64(len(data)))
+		}
 	} else {
 		seg, off, err = s.reserveInActive(rl)
 	}
@@ -309,33 +318,42 @@ func (s *Store) PostponeReclaim() { s.postpone.Store(true) }
 // (Relocate never rolls over: it runs inside one), tier.ErrNotFound when k
 // is not in the store, ErrCorrupt or an I/O error from reading it.
 func (s *Store) Relocate(ctx context.Context, k tier.Key) error {
+	if _, err := s.copyForward(ctx, k); err != nil {
+		return err
+	}
+	s.st.relocated.Add(1)
+	return nil
+}
+
+// copyForward is Relocate without its count: it returns the payload bytes
+// copied (0 when k was superseded meanwhile).
+func (s *Store) copyForward(ctx context.Context, k tier.Key) (int, error) {
 	s.mu.RLock()
 	e, ok := s.index[k]
 	s.mu.RUnlock()
 	if !ok || e.tomb {
-		return fmt.Errorf("g3: relocate %v: %w", k, tier.ErrNotFound)
+		return 0, fmt.Errorf("g3: relocate %v: %w", k, tier.ErrNotFound)
 	}
 	buf := s.bufs.Get(int(e.plen))
 	defer s.bufs.Put(buf)
 	data := buf[:e.plen]
 	n, err := s.Get(ctx, k, data, 0)
 	if err != nil {
-		return fmt.Errorf("g3: relocate %v: %w", k, err)
+		return 0, fmt.Errorf("g3: relocate %v: %w", k, err)
 	}
 	s.mu.RLock()
 	cur, ok := s.index[k]
 	s.mu.RUnlock()
 	if !ok || cur.seq != e.seq {
-		return nil // superseded while it was read: the newer state stands
+		return 0, nil // superseded while it was read: the newer state stands
 	}
 	if n != len(data) {
-		return fmt.Errorf("g3: relocate %v: read %d of %d bytes", k, n, len(data))
+		return 0, fmt.Errorf("g3: relocate %v: read %d of %d bytes", k, n, len(data))
 	}
 	if err := s.appendBlock(ctx, k, data, e.seq); err != nil {
-		return fmt.Errorf("g3: relocate %v: %w", k, err)
+		return 0, fmt.Errorf("g3: relocate %v: %w", k, err)
 	}
-	s.st.relocated.Add(1)
-	return nil
+	return len(data), nil
 }
 
 // Delete writes a tombstone for k so that it stays deleted across restarts.
@@ -649,8 +667,14 @@ func (s *Store) Stats() Stats {
 		CRCErrors: s.st.crcErrors.Load(), TornRecords: s.st.torn.Load(), DamagedSegments: s.st.damagedSegs.Load(),
 		Reclaims: s.st.reclaims.Load(), Evicted: s.st.evicted.Load(), NoSpace: s.st.noSpace.Load(),
 		Syncs: s.st.syncs.Load(), Relocated: s.st.relocated.Load(), Postponed: s.st.postponed.Load(),
+		PutBytes: s.st.putBytes.Load(), Compacted: s.st.compacted.Load(), CompactedBytes: s.st.compactedBytes.Load(),
 		Segments: n, SegmentBytes: b, Direct: s.direct,
 	}
+}
+
+// Compaction implements tier.Compactor (see Stats).
+func (s *Store) Compaction() (putBytes, compactedBlocks, compactedBytes int64) {
+	return s.st.putBytes.Load(), s.st.compacted.Load(), s.st.compactedBytes.Load()
 }
 
 // Sync makes every acknowledged Put and Delete durable against power loss:

@@ -132,3 +132,11 @@ type Relocator interface {
 type Expirer interface {
 	ExpireBefore(ctx context.Context, t time.Time) (int, error)
 }
+
+// Compactor is implemented by log-structured tiers that copy live blocks
+// forward when they reclaim space (G3). Compaction reports the payload
+// bytes written by Put, and the blocks and payload bytes copied forward,
+// since open: write amplification is (put + compacted) / put.
+type Compactor interface {
+	Compaction() (putBytes, compactedBlocks, compactedBytes int64)
+}
