@@ -169,6 +169,38 @@ func TestE2EWorkloads(t *testing.T) {
 	if _, err := d.Status(context.Background()); err != nil {
 		t.Fatalf("status after the workloads: %v", err)
 	}
+	// Issue 18: once the workloads' files are removed, their block copies
+	// leave G3 and G4 within 30 s and no garbage is left queued.
+	ents, err := os.ReadDir(d.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(d.Namespace(), e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := d.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending int64
+		_ = json.Unmarshal(st.Stats["gc_pending"], &pending)
+		g3, _ := st.Tier("G3")
+		g4, _ := st.Tier("G4")
+		last = fmt.Sprintf("gc pending %d, G3 %d blocks (%d bytes), G4 %d blocks (%d bytes)", pending, g3.Blocks, g3.UsedBytes, g4.Blocks, g4.UsedBytes)
+		if pending == 0 && g3.Blocks == 0 && g4.Blocks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after rm -rf of every file: %s", last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("after rm -rf: %s", last)
 	if strings.Contains(d.Log(), "panic:") {
 		t.Fatalf("daemon log shows a panic")
 	}
