@@ -256,3 +256,28 @@ func TestSim(t *testing.T) {
 		t.Errorf("sim table: %d\n%s", code, out)
 	}
 }
+
+// TestMetricsPortBusy: a metrics address already in use fails the start
+// with exit 2 before anything is mounted (issue 16 item 3), instead of
+// killing the daemon after it announced "serving".
+func TestMetricsPortBusy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "empty.yaml")
+	if err := os.WriteFile(cfg, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	code, _, errs := ctxmemd(t, "run", "--config", cfg, "--mount", mnt, "--data-dir", filepath.Join(dir, "data"),
+		"--dram", "64MiB", "--g3-size", "0", "--g4", "none", "--nats", "none", "--metrics", ln.Addr().String())
+	if code != exitUsage || !strings.Contains(errs, "metrics") || !strings.Contains(errs, "address already in use") {
+		t.Fatalf("exit %d (want %d), stderr %q", code, exitUsage, errs)
+	}
+	if strings.Contains(errs, "mounted") {
+		t.Fatalf("mounted before failing: %q", errs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -38,6 +39,9 @@ type daemon struct {
 	cfg   config.Config
 	log   *slog.Logger
 	level *slog.LevelVar
+	// metricsLn is the metrics listener, bound before the mount (nil
+	// when metrics are off).
+	metricsLn net.Listener
 	// running is the configuration the live settings come from (updated
 	// by reload; owned by the reload goroutine).
 	running config.Config
@@ -92,9 +96,22 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	d := &daemon{cfg: cfg, running: cfg, level: level, log: log, start: time.Now(), errs: make(chan error, 4)}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
+	// Listeners are bound before anything is mounted or announced: a busy
+	// port is a configuration error (exit 2), not a daemon that dies after
+	// "serving" and is restarted by systemd every 2 s.
+	if cfg.Metrics != "" {
+		ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Metrics)
+		if err != nil {
+			return withCode(exitUsage, fmt.Errorf("metrics: %w (set --metrics / metrics: to a free address, or \"\" to turn the endpoint off)", err))
+		}
+		d.metricsLn = ln
+	}
 	if err := d.open(ctx); err != nil {
 		cancel() // stop the goroutines open started before it failed
 		d.close()
+		if d.metricsLn != nil {
+			d.metricsLn.Close()
+		}
 		code := exitFailure
 		if errors.Is(err, s3.ErrBucketNotFound) || errors.Is(err, s3.ErrAccessDenied) {
 			// The object store answered and refused the configuration:
@@ -273,7 +290,7 @@ func (d *daemon) open(ctx context.Context) error {
 	})
 	if cfg.Metrics != "" {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
-			return metrics.Serve(ctx, cfg.Metrics, func() metrics.Snapshot {
+			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot {
 				snap := metrics.Snapshot{Tiers: st.Occupancy(), Stats: st.Stats()}
 				if fs := d.fuse; fs != nil {
 					p := fs.Passthrough()
