@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,5 +237,22 @@ func TestSocketSafety(t *testing.T) {
 	// No daemon at all.
 	if _, err := NewClient(filepath.Join(dir, "none.sock")).Status(context.Background()); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("absent socket: %v", err)
+	}
+}
+
+// TestDialErrors: a socket the caller may not open is ErrPermission with
+// what to do (issue 16 item 3), not "no daemon is listening"; a refused
+// connection is ErrNotRunning.
+func TestDialErrors(t *testing.T) {
+	c := &Client{socket: "/run/ctxmem/admin.sock"}
+	dial := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", errno)}
+	}
+	if err := c.dialError("GET", "/status", dial(syscall.EACCES)); !errors.Is(err, ErrPermission) ||
+		!strings.Contains(err.Error(), "run as root") || errors.Is(err, ErrNotRunning) {
+		t.Errorf("EACCES: %v", err)
+	}
+	if err := c.dialError("GET", "/status", dial(syscall.ECONNREFUSED)); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("ECONNREFUSED: %v", err)
 	}
 }

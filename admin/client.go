@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -89,11 +90,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("%w on %s: %v", ErrNotRunning, c.socket, op.Err)
-		}
-		return fmt.Errorf("admin: %s %s: %w", method, path, err)
+		return c.dialError(method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -121,4 +118,18 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 	return nil
+}
+
+// dialError names why a request could not reach the daemon: a socket the
+// caller may not open (it is mode 0600, the daemon's user only) wraps
+// ErrPermission, one nobody listens on ErrNotRunning.
+func (c *Client) dialError(method, path string, err error) error {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return fmt.Errorf("admin: %s %s: %w", method, path, err)
+	}
+	if errors.Is(op.Err, os.ErrPermission) {
+		return fmt.Errorf("%w on %s: run as root (or the daemon's user), or pass --admin a socket you may open", ErrPermission, c.socket)
+	}
+	return fmt.Errorf("%w on %s: %v", ErrNotRunning, c.socket, op.Err)
 }

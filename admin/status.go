@@ -146,6 +146,9 @@ var (
 	// ErrNotRunning: no daemon answers on the socket (the client could not
 	// connect).
 	ErrNotRunning = errors.New("admin: no daemon is listening")
+	// ErrPermission: the caller may not open the socket (mode 0600: the
+	// daemon's user only).
+	ErrPermission = errors.New("admin: permission denied")
 	// ErrInUse: Serve found another live daemon on the socket.
 	ErrInUse = errors.New("admin: socket in use by a running daemon")
 )

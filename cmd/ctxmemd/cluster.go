@@ -131,6 +131,9 @@ func adminClient(c *cli.Context) (*admin.Client, error) {
 }
 
 func adminErr(err error) error {
+	if errors.Is(err, admin.ErrPermission) {
+		return withCode(exitUsage, err)
+	}
 	if errors.Is(err, admin.ErrNotRunning) {
 		return withCode(exitNotRunning, fmt.Errorf("%w (is ctxmemd running? use --admin or --data-dir)", err))
 	}

@@ -46,6 +46,9 @@ func statusCommand() *cli.Command {
 				return clusterStatus(c.Context, c, cl)
 			}
 			st, err := cl.Status(c.Context)
+			if errors.Is(err, admin.ErrPermission) {
+				return withCode(exitUsage, err)
+			}
 			if errors.Is(err, admin.ErrNotRunning) {
 				return withCode(exitNotRunning, fmt.Errorf("%w (is ctxmemd running? use --admin or --data-dir)", err))
 			}
