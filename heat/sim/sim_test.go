@@ -179,14 +179,14 @@ func TestRunErrors(t *testing.T) {
 }
 
 // loadMooncake loads the bundled Mooncake conversation trace (package
-// traces), or the trace file $CTXMEMD_TRACE (plain or gzip) when set.
+// traces), or the trace file $CTXMEM_TRACE (plain or gzip) when set.
 func loadMooncake(t testing.TB) *Trace {
 	if raceEnabled {
 		// The replay is single-threaded; under the race detector it only
 		// gets ten times slower.
 		t.Skip("full-trace replay skipped under -race (single-threaded); run without -race")
 	}
-	p := os.Getenv("CTXMEMD_TRACE")
+	p := os.Getenv("CTXMEM_TRACE")
 	f, err := traces.Open(p)
 	if err != nil {
 		t.Fatal(err)
