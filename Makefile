@@ -57,8 +57,9 @@ deps-test:
 	@[ -x $(GOBIN_DIR)/nfpm ] || { echo "go install $(NFPM)"; $(GO) install $(NFPM); }
 	@[ -x $(GOBIN_DIR)/nats-server ] || { echo "go install $(NATSSRV)"; $(GO) install $(NATSSRV); }
 
+# make run reads dev.yaml, never the packaged /etc/ctxmem/ctxmemd.yaml.
 run: deps-run build
-	$(SUDO) ./$(BIN) run $(ARGS)
+	$(SUDO) ./$(BIN) run --config dev.yaml $(ARGS)
 
 vet:
 	$(GO) vet ./...
