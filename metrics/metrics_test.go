@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -214,5 +216,78 @@ func TestHitRatios(t *testing.T) {
 	r, b, y := HitRatios(snapshot(0).Stats)
 	if fmt.Sprint(r, b, y) != fmt.Sprint(0.7, 0.8, 0.75) {
 		t.Errorf("HitRatios = %g %g %g", r, b, y)
+	}
+}
+
+// TestHealthAndReadiness: /healthz answers while the loop runs, /readyz is
+// 503 with the reason while the store is degraded (issue 16 item 5).
+func TestHealthAndReadiness(t *testing.T) {
+	var degraded atomic.Bool
+	snap := func() Snapshot {
+		s := snapshot(1)
+		s.Stats.Degraded = ""
+		if degraded.Load() {
+			s.Stats.Degraded = "data directory deleted"
+		}
+		return s
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ServeListener(ctx, ln, snap, "v")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ln.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz healthy: %d", code)
+	}
+	degraded.Store(true)
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "data directory deleted") {
+		t.Errorf("/readyz degraded: %d %q", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz degraded: %d", code)
+	}
+}
+
+// TestReadmeMetricsServed: every ctxmem_* name the README mentions is
+// served (issue 16 item 5).
+func TestReadmeMetricsServed(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snapshot(1)
+	s.Passthrough = &Passthrough{On: true}
+	s.Tiers[2].Recovering = true
+	s.Tiers[1].Degraded = true
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ServeListener(ctx, ln, func() Snapshot { return s }, "v")
+	fams := scrape(t, ln.Addr().String())
+	names := regexp.MustCompile(`ctxmem_[a-z0-9_]*[a-z0-9]`).FindAllString(string(readme), -1)
+	if len(names) == 0 {
+		t.Fatal("README names no metric")
+	}
+	for _, n := range names {
+		if _, ok := fams[n]; !ok {
+			t.Errorf("README mentions %s, which is not served", n)
+		}
 	}
 }

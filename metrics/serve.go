@@ -46,7 +46,21 @@ func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, vers
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", Handler(NewRegistry(snap, version)))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ctxmemd metrics: see /metrics")
+		fmt.Fprintln(w, "ctxmemd metrics: see /metrics, /healthz, /readyz")
+	})
+	// /healthz: the daemon's HTTP loop answers (liveness). /readyz: the
+	// store keeps its promises (readiness): 503 with the reason when it is
+	// degraded (its data directory was deleted under it) or a tier started
+	// during its backend's outage still waits for its first listing.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := notReady(snap()); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
@@ -66,4 +80,18 @@ func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, vers
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// notReady says why a daemon in state s should not take traffic ("" when
+// it should).
+func notReady(s Snapshot) string {
+	if s.Stats.Degraded != "" {
+		return "store degraded: " + s.Stats.Degraded
+	}
+	for _, t := range s.Tiers {
+		if t.Recovering {
+			return t.Name + " recovering: started during its backend's outage, first listing pending"
+		}
+	}
+	return ""
 }
