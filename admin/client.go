@@ -120,6 +120,18 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
+// Sink asks the daemon to move the object at path (mount-relative,
+// "ns/file") to G4.
+func (c *Client) Sink(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/sink", pathRequest{Path: path}, nil)
+}
+
+// Warmup asks the daemon to bring the object at path to G2 and waits
+// until it is there.
+func (c *Client) Warmup(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/warmup", pathRequest{Path: path}, nil)
+}
+
 // dialError names why a request could not reach the daemon: a socket the
 // caller may not open (it is mode 0600, the daemon's user only) wraps
 // ErrPermission, one nobody listens on ErrNotRunning.

@@ -194,20 +194,10 @@ func Handler(opts Options) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
-	control("prestage", func(ctx context.Context, req pathRequest) error {
-		p, ok := opts.Provider.(Prestager)
-		if !ok {
-			return ErrUnsupported
-		}
-		return p.Prestage(ctx, req.Path)
-	})
-	control("evict", func(ctx context.Context, req pathRequest) error {
-		p, ok := opts.Provider.(Evicter)
-		if !ok {
-			return ErrUnsupported
-		}
-		return p.Evict(ctx, req.Path)
-	})
+	control("prestage", pathOp(opts.Provider, Prestager.Prestage))
+	control("evict", pathOp(opts.Provider, Evicter.Evict))
+	control("sink", pathOp(opts.Provider, Sinker.Sink))
+	control("warmup", pathOp(opts.Provider, Warmer.Warmup))
 	control("pin", func(ctx context.Context, req pathRequest) error {
 		p, ok := opts.Provider.(Pinner)
 		if !ok {
@@ -220,6 +210,18 @@ func Handler(opts Options) http.Handler {
 		return p.SetPinned(ctx, req.Path, pinned)
 	})
 	return mux
+}
+
+// pathOp adapts a control method of an optional Provider interface T to a
+// POST handler body: ErrUnsupported (501) when prov does not implement T.
+func pathOp[T any](prov Provider, do func(T, context.Context, string) error) func(context.Context, pathRequest) error {
+	return func(ctx context.Context, req pathRequest) error {
+		p, ok := prov.(T)
+		if !ok {
+			return ErrUnsupported
+		}
+		return do(p, ctx, req.Path)
+	}
 }
 
 type errorBody struct {

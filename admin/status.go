@@ -9,6 +9,8 @@
 //	POST /prestage {"path"} → 204; Provider must implement Prestager
 //	POST /evict    {"path"} → 204; Provider must implement Evicter
 //	POST /pin      {"path", "pinned"} → 204; Provider must implement Pinner
+//	POST /sink     {"path"} → 204; Provider must implement Sinker
+//	POST /warmup   {"path"} → 204 once in G2; Provider must implement Warmer
 //
 // Errors are {"error": "..."} with 400 (bad request), 404 (no such path),
 // 501 (the daemon does not offer that control) or 500.
@@ -129,6 +131,17 @@ type Prestager interface {
 // Evicter demotes every block of the object at path out of G2.
 type Evicter interface {
 	Evict(ctx context.Context, path string) error
+}
+
+// Sinker moves every block of the object at path to G4.
+type Sinker interface {
+	Sink(ctx context.Context, path string) error
+}
+
+// Warmer brings every block of the object at path up to G2 and returns
+// once they are there (Prestager only starts it).
+type Warmer interface {
+	Warmup(ctx context.Context, path string) error
 }
 
 // Pinner pins (keeps in G2) or unpins the object at path.

@@ -66,14 +66,11 @@ func prestageCommand() *cli.Command {
 		Description: "PATHs are relative to the namespace directory. The request goes through the local daemon " +
 			"(admin socket) to the acting scheduler, which sends a prestage command with the deadline to every host " +
 			"holding each path. Exit status 1 when some path was not brought to G2 on any host.",
-		Flags: []cli.Flag{
-			config.ConfigFileFlag(),
-			&cli.StringFlag{Name: "admin", Usage: "admin socket path [$CTXMEM_ADMIN]", DefaultText: "<data_dir>/admin.sock"},
-			&cli.StringFlag{Name: "data-dir", Usage: "data directory of the daemon [$CTXMEM_DATA_DIR]", DefaultText: "./" + config.DevRoot + "/data"},
+		Flags: append(adminFlags(),
 			&cli.DurationFlag{Name: "deadline", Value: 5 * time.Second, Usage: "time budget; blocks not in G2 by then are abandoned"},
 			&cli.StringFlag{Name: "host", Usage: "only this host"},
 			&cli.BoolFlag{Name: "json", Usage: "print the scheduler's reply as JSON"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 2 {
 				return withCode(exitUsage, errors.New("usage: ctxmemd prestage [flags] NAMESPACE PATH..."))
@@ -113,6 +110,16 @@ func prestageCommand() *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// adminFlags are the flags of a command that talks to the local daemon:
+// how to find its admin socket.
+func adminFlags() []cli.Flag {
+	return []cli.Flag{
+		config.ConfigFileFlag(),
+		&cli.StringFlag{Name: "admin", Usage: "admin socket path [$CTXMEM_ADMIN]", DefaultText: "<data_dir>/admin.sock"},
+		&cli.StringFlag{Name: "data-dir", Usage: "data directory of the daemon [$CTXMEM_DATA_DIR]", DefaultText: "./" + config.DevRoot + "/data"},
 	}
 }
 

@@ -118,6 +118,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		versionCommand(),
 		manCommand(),
 	}
+	cmds = append(cmds, moveCommands()...)
 	for _, c := range cmds {
 		c.OnUsageError = onUsage
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -546,6 +547,46 @@ func (d *daemon) SetPinned(ctx context.Context, path string, pinned bool) error 
 		v = "1"
 	}
 	return d.setXattr(path, "user.ctxmem.pin", v)
+}
+
+// object resolves a mount-relative path ("ns/dir/file") to its object.
+// Errors wrap admin.ErrNotFound (no such file) or fs.ErrInvalid.
+func (d *daemon) object(path string) (tiering.ObjectID, error) {
+	ns, rel, _ := strings.Cut(strings.TrimPrefix(filepath.Clean("/"+path), "/"), "/")
+	if d.fuse == nil {
+		return 0, fmt.Errorf("%s: no mount: %w", path, admin.ErrNotFound)
+	}
+	id, err := d.fuse.Lookup(ns, rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("%s: %w", path, admin.ErrNotFound)
+	}
+	return id, err
+}
+
+// Evict implements admin.Evicter: the file's blocks leave G2 (dirty ones
+// written back first), as the scheduler's demote does.
+func (d *daemon) Evict(ctx context.Context, path string) error {
+	return d.onObject(path, func(id tiering.ObjectID) error { _, err := d.store.Demote(ctx, id); return err })
+}
+
+// Sink implements admin.Sinker: every block of the file goes to G4.
+func (d *daemon) Sink(ctx context.Context, path string) error {
+	return d.onObject(path, func(id tiering.ObjectID) error { _, err := d.store.Sink(ctx, id); return err })
+}
+
+// Warmup implements admin.Warmer: every block of the file is brought to
+// G2 before it returns.
+func (d *daemon) Warmup(ctx context.Context, path string) error {
+	return d.onObject(path, func(id tiering.ObjectID) error { return d.store.PrestageWait(ctx, id) })
+}
+
+// onObject calls do with the object path names (see object).
+func (d *daemon) onObject(path string, do func(tiering.ObjectID) error) error {
+	id, err := d.object(path)
+	if err != nil {
+		return err
+	}
+	return do(id)
 }
 
 func (d *daemon) setXattr(path, name, value string) error {
