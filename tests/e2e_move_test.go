@@ -54,7 +54,25 @@ func TestE2EMoveVerbs(t *testing.T) {
 	expect("evict", "G3")
 	expect("warmup", "G2")
 	expect("sink", "G4")
+	du := func() string {
+		t.Helper()
+		out, err := exec.Command(bin, "du", "--json", filepath.Join(d.Namespace(), "kv")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("du: %v: %s", err, out)
+		}
+		return string(out)
+	}
+	// du sums the directory by tier: 6 files of 1 MiB, all in G4 now.
+	if out := du(); !strings.Contains(out, `"files": 6`) || !strings.Contains(out, `"G4": 6291456`) {
+		t.Fatalf("du after sink: %s", out)
+	}
 	expect("warmup", "G2")
+	if out := du(); !strings.Contains(out, `"G2": 6291456`) {
+		t.Fatalf("du after warmup: %s", out)
+	}
+	if out, err := exec.Command(bin, "ls", files[0]).CombinedOutput(); err != nil || !strings.Contains(string(out), "G2") {
+		t.Fatalf("ls: %v: %s", err, out)
+	}
 	if code, out := run("pin", files[0]); code != 0 {
 		t.Fatalf("pin: exit %d: %s", code, out)
 	}

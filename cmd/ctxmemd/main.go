@@ -119,6 +119,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		manCommand(),
 	}
 	cmds = append(cmds, moveCommands()...)
+	cmds = append(cmds, duCommands()...)
 	for _, c := range cmds {
 		c.OnUsageError = onUsage
 	}
