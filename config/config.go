@@ -293,31 +293,26 @@ func (c Config) G4Enabled() bool { return c.G4 != "none" }
 // G3 directory and a local G4 directory when they do not exist yet. It
 // returns the first mkdir error.
 func (c Config) EnsureDirs() error {
-	dirs := []struct {
-		path string
-		mode os.FileMode
-	}{{c.DataDir, 0o700}, {c.Mount, 0o755}}
+	type dir struct {
+		key, path string
+		mode      os.FileMode
+	}
+	dirs := []dir{{"data_dir", c.DataDir, 0o700}, {"mount", c.Mount, 0o755}}
 	if c.G3Size > 0 {
-		dirs = append(dirs, struct {
-			path string
-			mode os.FileMode
-		}{c.G3Dir, 0o700})
+		dirs = append(dirs, dir{"g3_dir", c.G3Dir, 0o700})
 	}
 	if p, ok := c.G4Path(); ok {
-		dirs = append(dirs, struct {
-			path string
-			mode os.FileMode
-		}{p, 0o700})
+		dirs = append(dirs, dir{"g4", p, 0o700})
 	}
 	for _, d := range dirs {
 		// Parents are world-traversable (0755): the mount point may sit
 		// next to the private data directory (the embedded default), and
 		// other users must reach the mount.
 		if err := os.MkdirAll(filepath.Dir(d.path), 0o755); err != nil {
-			return fmt.Errorf("config: create %s: %w", filepath.Dir(d.path), err)
+			return fmt.Errorf("config: %s: create %s: %w", d.key, filepath.Dir(d.path), err)
 		}
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
-			return fmt.Errorf("config: create %s: %w", d.path, err)
+			return fmt.Errorf("config: %s: create %s: %w", d.key, d.path, err)
 		}
 	}
 	return nil

@@ -36,6 +36,10 @@ func TestVersion(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	trace := writeTrace(t, dir, [][]int64{{1}})
+	empty := filepath.Join(dir, "empty.yaml")
+	if err := os.WriteFile(empty, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		code int
@@ -50,6 +54,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"replay", "--trace", filepath.Join(dir, "none.jsonl"), "--mount", dir}, exitUsage, "none.jsonl"},
 		{[]string{"sim", "--trace", trace, "--policy", "nope"}, exitUsage, "nope"},
 		{[]string{"sim", "--trace", trace, "--capacity", "0"}, exitUsage, "--capacity"},
+		// Environment errors found at start are exit 2 too, naming the key.
+		{[]string{"run", "--config", empty, "--mount", trace, "--data-dir", filepath.Join(dir, "d")}, exitUsage, "mount: create"},
+		{[]string{"run", "--config", empty, "--data-dir", "/proc/ctxmem-no", "--mount", filepath.Join(dir, "m")}, exitUsage, "data_dir: create"},
 	}
 	for _, c := range cases {
 		code, _, errs := ctxmemd(t, c.args...)

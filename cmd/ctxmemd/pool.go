@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -49,11 +50,11 @@ func (d *daemon) openPool(ctx context.Context) error {
 		d.log.Info("pool target attached", "nqn", t.NQN, "controller", c.Name, "namespaces", len(c.Namespaces))
 	}
 	if ps.path == "" {
-		return fmt.Errorf("pool: no device: set pool, or pool_targets that expose a namespace")
+		return withCode(exitUsage, errors.New("pool: no device: set pool, or pool_targets that expose a namespace"))
 	}
 	p, err := pool.Open(ps.path, pool.OpenOptions{})
 	if err != nil {
-		return fmt.Errorf("open pool %s (format it with `ctxmemd pool format`): %w", ps.path, err)
+		return withCode(exitUsage, fmt.Errorf("open pool %s (format it with `ctxmemd pool format`, or change --pool): %w", ps.path, err))
 	}
 	sb := p.Superblock()
 	js, err := jetstream.New(d.ctl.nc)

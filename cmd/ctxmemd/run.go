@@ -78,7 +78,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		log.Debug("config", "option", line)
 	}
 	if err := cfg.EnsureDirs(); err != nil {
-		return withCode(exitFailure, err)
+		return withCode(exitUsage, err)
 	}
 	// A G3 larger than its filesystem's room only ever meets ENOSPC: clamp
 	// it (with a warning) or, when not even three segments fit, refuse it
@@ -114,6 +114,10 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 			d.metricsLn.Close()
 		}
 		code := exitFailure
+		var ec *exitError
+		if errors.As(err, &ec) {
+			code = ec.code // a configuration or environment error open named
+		}
 		if errors.Is(err, s3.ErrBucketNotFound) || errors.Is(err, s3.ErrAccessDenied) {
 			// The object store answered and refused the configuration:
 			// retrying (systemd's Restart=) cannot help.
@@ -340,7 +344,7 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 		}
 		ln, err := nbd.Listen(u)
 		if err != nil {
-			return fmt.Errorf("nbd listen %s: %w", u, err)
+			return withCode(exitUsage, fmt.Errorf("nbd: listen %s: %w (change --nbd / nbd:)", u, err))
 		}
 		d.log.Info("nbd serving", "listen", u, "exports", len(exports))
 		d.goroutine(ctx, "nbd "+u, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
