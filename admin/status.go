@@ -45,6 +45,9 @@ type Status struct {
 	Links []LinkStatus `json:"links,omitempty"`
 	// Passthrough is the mount's FUSE passthrough state.
 	Passthrough PassthroughStatus `json:"passthrough"`
+	// LookupMisses counts lookups of names the mount does not hold
+	// (fusefs.Server.LookupMisses).
+	LookupMisses int64 `json:"lookup_misses"`
 	// Control is the control plane (sidecar and scheduler replica), when
 	// the daemon runs one.
 	Control *ControlStatus `json:"control,omitempty"`

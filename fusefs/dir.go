@@ -54,6 +54,9 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if c == nil {
 		// go-fuse turns ENOENT into a cached negative entry
 		// (fs.Options.NegativeTimeout).
+		if d.n.ns != nil {
+			d.fsys.lookupMisses.Add(1)
+		}
 		return nil, syscall.ENOENT
 	}
 	return d.fsys.inode(ctx, &d.Inode, c, out), 0

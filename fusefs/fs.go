@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ctxmem/ctxmemd/tiering"
@@ -16,6 +17,8 @@ type fsys struct {
 	be   Backend
 	opts Options
 	log  *slog.Logger
+	// lookupMisses counts LOOKUPs in a namespace answered ENOENT.
+	lookupMisses atomic.Int64
 	// ctx is passed to Backend calls instead of the request context: FUSE
 	// interrupts are not honoured (see the package doc). It is cancelled
 	// when the mount shuts down.

@@ -122,3 +122,10 @@ func (s *Server) DropNamespace(ctx context.Context, ns string) (int, error) {
 	f.log.Info("fusefs: namespace dropped", "namespace", ns, "files", count)
 	return count, firstErr
 }
+
+// LookupMisses is the number of LOOKUPs inside a namespace answered
+// ENOENT since mount: names an engine asked for that the mount does not
+// hold (a KV cache's real misses). A name looked up again while the
+// kernel still caches its negative entry (Options.NegativeTimeout) is not
+// counted again.
+func (s *Server) LookupMisses() int64 { return s.fsys.lookupMisses.Load() }

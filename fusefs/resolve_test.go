@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -70,5 +71,26 @@ func TestPathLookupDrop(t *testing.T) {
 	}
 	if _, err := m.srv.DropNamespace(context.Background(), "nope"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("drop of a missing namespace: %v", err)
+	}
+}
+
+// TestLookupMisses: names a namespace does not hold are counted (issue 16
+// item 4: the real misses of a KV cache), names it holds are not.
+func TestLookupMisses(t *testing.T) {
+	m := mount(t, nil, Options{NegativeTimeout: -1})
+	if err := os.WriteFile(filepath.Join(m.ns(""), "have"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := m.srv.LookupMisses()
+	for i := range 5 {
+		if _, err := os.Stat(filepath.Join(m.ns(""), fmt.Sprint("missing", i))); !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(m.ns(""), "have")); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.srv.LookupMisses() - before; got != 5 {
+		t.Fatalf("lookup misses %d, want 5", got)
 	}
 }

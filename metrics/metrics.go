@@ -35,6 +35,8 @@ type Snapshot struct {
 	// Passthrough is the mount's FUSE passthrough state; nil before the
 	// mount serves.
 	Passthrough *Passthrough
+	// LookupMisses counts lookups of names the mount does not hold.
+	LookupMisses int64
 }
 
 // Passthrough is the FUSE front end's passthrough state in a Snapshot.
@@ -66,7 +68,7 @@ type descs struct {
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
 	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
 	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
-	g3PutBytes, g3CompactedBytes                              *prometheus.Desc
+	g3PutBytes, g3CompactedBytes, lookupMisses                *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -116,6 +118,8 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		g3PutBytes:    newDesc("g3_put_bytes_total", "Payload bytes written to G3 by write-back and demotion."),
 		g3CompactedBytes: newDesc("g3_compacted_bytes_total", "Payload bytes G3 reclaim copied forward (compaction); "+
 			"write amplification is (put + compacted) / put."),
+		lookupMisses: newDesc("lookup_misses_total", "Lookups of names the mount does not hold (ENOENT inside a namespace): "+
+			"the KV cache's misses that never reach a read."),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -129,7 +133,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
-		d.g3PutBytes, d.g3CompactedBytes} {
+		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses} {
 		ch <- x
 	}
 }
@@ -155,6 +159,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.gcFailed, s.Stats.GCFailed)
 	counter(d.g3PutBytes, s.Stats.G3PutBytes)
 	counter(d.g3CompactedBytes, s.Stats.G3CompactedBytes)
+	counter(d.lookupMisses, s.LookupMisses)
 	if p := s.Passthrough; p != nil {
 		gauge(d.ptOn, b2f(p.On))
 		counter(d.fuseReqs, p.DaemonReads, "read")

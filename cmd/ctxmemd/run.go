@@ -300,6 +300,7 @@ func (d *daemon) open(ctx context.Context) error {
 				if fs := d.fuse; fs != nil {
 					p := fs.Passthrough()
 					snap.Passthrough = &metrics.Passthrough{On: p.On, DaemonReads: p.Reads, DaemonWrites: p.Writes}
+					snap.LookupMisses = fs.LookupMisses()
 				}
 				return snap
 			}, version)
@@ -516,6 +517,7 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	if d.fuse != nil {
 		p := d.fuse.Passthrough()
 		st.Passthrough = admin.PassthroughStatus{On: p.On, Reason: p.Reason, DaemonReads: p.Reads, DaemonWrites: p.Writes}
+		st.LookupMisses = d.fuse.LookupMisses()
 	}
 	if d.link != nil {
 		l := d.link.State()

@@ -99,7 +99,7 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "hit ratio\trequest %.1f%% (%d/%d), block %.1f%% (of %d), byte %.1f%% (of %s)\n",
 		100*rq, s.ReadRequestHits, s.ReadRequests, 100*bl, s.BlockReads, 100*by, config.HumanSize(s.ByteReads))
 	fmt.Fprintf(tw, "hits by tier\t%s\n", joinCounts(s.BlockHits))
-	fmt.Fprintf(tw, "misses\t%d blocks\n", s.BlockMisses)
+	fmt.Fprintf(tw, "misses\t%d blocks; %d lookups of names the mount does not hold (ENOENT)\n", s.BlockMisses, st.LookupMisses)
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
