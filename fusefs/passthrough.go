@@ -109,7 +109,12 @@ func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.
 	// A writer through the daemon (direct I/O in CacheDirect mode is not a
 	// cached open) must not meet a passthrough writer: the daemon's grow of
 	// the memory file could cut off what the other just appended.
-	can := must || ((!write || f.opts.PassthroughWrites) && n.cachedOpens == 0 && n.writers == 0 &&
+	// No open of any kind may be served by the daemon either: a direct-I/O
+	// open (a reader that came while a writer was open) enters the kernel's
+	// cached I/O mode when it is mapped shared, unseen by the daemon, and
+	// the kernel then answers a passthrough open with EIO (fs/fuse/iomode.c;
+	// TestE2EPassthroughAfterMappedDirectOpen).
+	can := must || ((!write || f.opts.PassthroughWrites) && n.opens == 0 &&
 		n.ns.cfg.QuotaBytes == 0 && !n.lost)
 	obj := n.obj
 	n.mu.Unlock()

@@ -215,3 +215,51 @@ func TestE2EPassthroughWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestE2EPassthroughAfterMappedDirectOpen: a reader that opened a file
+// while a writer had it open gets a direct-I/O open through the daemon;
+// when it maps the file shared, the kernel puts the inode in cached I/O
+// mode, which the daemon does not see. An open after the writer closed
+// must still succeed (the kernel answers a passthrough open of an inode
+// in cached mode with EIO; soak cycle 1205 of 2026-12-02) and read the
+// file's bytes.
+func TestE2EPassthroughAfterMappedDirectOpen(t *testing.T) {
+	bin := needE2E(t)
+	d := harness.Start(t, bin, harness.Options{DRAM: "64MiB", G3Size: "1GiB"})
+	if !status(t, d).Passthrough.On {
+		t.Skip("passthrough off")
+	}
+	path := filepath.Join(d.Namespace(), "kv-mapped")
+	data := boundedPattern(7, 1<<20)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(path) // a writer is open: direct I/O through the daemon
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m, err := unix.Mmap(int(r.Fd()), 0, len(data), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	defer unix.Munmap(m)
+	if !bytes.Equal(m[:4096], data[:4096]) {
+		t.Fatal("mapped bytes differ")
+	}
+	w.Close()
+	time.Sleep(100 * time.Millisecond) // the writer's RELEASE reaches the daemon
+	for i := range 3 {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("open %d after the mapped direct open: %v", i, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("open %d: wrong bytes", i)
+		}
+	}
+}
