@@ -19,6 +19,9 @@ import (
 type Options struct {
 	// Socket is the unix socket path (required).
 	Socket string
+	// Listener, when set, is Socket already opened by Listen (Serve then
+	// serves on it and closes it).
+	Listener net.Listener
 	// Provider answers requests (required).
 	Provider Provider
 	// Version is reported in Status.Version.
@@ -48,10 +51,14 @@ func Serve(ctx context.Context, opts Options) error {
 	if opts.Started.IsZero() {
 		opts.Started = time.Now()
 	}
-	ln, err := listen(ctx, opts.Socket)
-	if err != nil {
-		return err
+	ln := opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = Listen(ctx, opts.Socket); err != nil {
+			return err
+		}
 	}
+	var err error
 	srv := &http.Server{
 		Handler:           Handler(opts),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -77,7 +84,11 @@ func Serve(ctx context.Context, opts Options) error {
 }
 
 // listen prepares path and returns a listener on it (mode 0600).
-func listen(ctx context.Context, path string) (net.Listener, error) {
+// Listen opens the admin socket at path with Serve's checks (a live
+// daemon there is ErrInUse, a stale socket is replaced, anything else at
+// the path is an error), so a daemon can bind it before it mounts and pass
+// it to Serve in Options.Listener.
+func Listen(ctx context.Context, path string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, fmt.Errorf("admin: %s exists and is not a socket; refusing to replace it", path)

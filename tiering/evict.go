@@ -292,6 +292,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		if export {
 			return id, s.copyForwardLocked(o, b, k, data)
 		}
+		if !b.inG4 && !b.inG35 && s.postponeG3Reclaim() {
+			// Its only copy is here: keep the whole segment for now
+			// rather than lose the file (the in-flight put or delete is
+			// short; the next roll-over tries again).
+			o.clearStale(k.Index, staleG3)
+			return id, true
+		}
 		b.inG3 = false
 		return id, b.inG4 || b.inG35
 	}

@@ -41,8 +41,8 @@ type daemon struct {
 	log   *slog.Logger
 	level *slog.LevelVar
 	// metricsLn is the metrics listener, bound before the mount (nil
-	// when metrics are off).
-	metricsLn net.Listener
+	// when metrics are off); adminLn the admin socket, likewise.
+	metricsLn, adminLn net.Listener
 	// running is the configuration the live settings come from (updated
 	// by reload; owned by the reload goroutine).
 	running config.Config
@@ -107,12 +107,24 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		}
 		d.metricsLn = ln
 	}
+	// The admin socket too: `ctxmemd status` answers as soon as the mount
+	// is visible, and a second daemon on the same data dir stops here.
+	ln, err := admin.Listen(ctx, cfg.Admin)
+	if err != nil {
+		if d.metricsLn != nil {
+			d.metricsLn.Close()
+		}
+		return withCode(exitUsage, fmt.Errorf("%w (change --admin / admin:)", err))
+	}
+	d.adminLn = ln
 	if err := d.open(ctx); err != nil {
 		cancel() // stop the goroutines open started before it failed
 		d.close()
 		if d.metricsLn != nil {
 			d.metricsLn.Close()
 		}
+		d.adminLn.Close()
+		os.Remove(cfg.Admin)
 		code := exitFailure
 		var ec *exitError
 		if errors.As(err, &ec) {
@@ -291,7 +303,7 @@ func (d *daemon) open(ctx context.Context) error {
 		}
 	}
 	d.goroutine(ctx, "admin", func(ctx context.Context) error {
-		return admin.Serve(ctx, admin.Options{Socket: cfg.Admin, Provider: d, Version: version, Started: d.start, Logger: d.log})
+		return admin.Serve(ctx, admin.Options{Socket: cfg.Admin, Listener: d.adminLn, Provider: d, Version: version, Started: d.start, Logger: d.log})
 	})
 	if cfg.Metrics != "" {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
