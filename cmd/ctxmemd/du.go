@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-
 	"path/filepath"
 	"strconv"
 	"strings"

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/config"
@@ -552,19 +551,15 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	return st, nil
 }
 
-// Prestage implements admin.Prestager through the mount's own xattr, so the
-// path is resolved exactly as an engine would see it.
+// Prestage implements admin.Prestager: the file's blocks start coming up
+// to G2 (what the user.ctxmem.prestage xattr does).
 func (d *daemon) Prestage(ctx context.Context, path string) error {
-	return d.setXattr(path, "user.ctxmem.prestage", "1")
+	return d.onObject(path, func(id tiering.ObjectID) error { return d.store.Prestage(ctx, id) })
 }
 
-// SetPinned implements admin.Pinner.
+// SetPinned implements admin.Pinner (what the user.ctxmem.pin xattr does).
 func (d *daemon) SetPinned(ctx context.Context, path string, pinned bool) error {
-	v := "0"
-	if pinned {
-		v = "1"
-	}
-	return d.setXattr(path, "user.ctxmem.pin", v)
+	return d.onObject(path, func(id tiering.ObjectID) error { return d.store.SetPinned(id, pinned) })
 }
 
 // object resolves a mount-relative path ("ns/dir/file") to its object.
@@ -605,17 +600,6 @@ func (d *daemon) onObject(path string, do func(tiering.ObjectID) error) error {
 		return err
 	}
 	return do(id)
-}
-
-func (d *daemon) setXattr(path, name, value string) error {
-	p := filepath.Join(d.cfg.Mount, filepath.Clean("/"+path))
-	if err := unix.Setxattr(p, name, []byte(value), 0); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("%s: %w", path, admin.ErrNotFound)
-		}
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // writeBackDelay maps the config's writeback_delay (0 = store at once) to
