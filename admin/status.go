@@ -22,6 +22,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -45,8 +46,11 @@ type Status struct {
 	Links []LinkStatus `json:"links,omitempty"`
 	// Passthrough is the mount's FUSE passthrough state.
 	Passthrough PassthroughStatus `json:"passthrough"`
-	// LookupMisses counts lookups of names the mount does not hold
-	// (fusefs.Server.LookupMisses).
+	// Lookups are the mount's KV lookups since mount, hits by serving
+	// tier and misses (package hitratio has the one definition of hit
+	// ratio, shared with the replay and ctxmem_hit_ratio).
+	Lookups hitratio.Counts `json:"lookups"`
+	// LookupMisses is Lookups.Misses (kept for older clients).
 	LookupMisses int64 `json:"lookup_misses"`
 	// Control is the control plane (sidecar and scheduler replica), when
 	// the daemon runs one.
@@ -113,6 +117,9 @@ type NamespaceStatus struct {
 	QuotaBytes int64  `json:"quota_bytes"`
 	ModelID    string `json:"model_id,omitempty"`
 	Tenant     string `json:"tenant,omitempty"`
+	// Lookups are the namespace's KV lookups since mount (or since it
+	// was added).
+	Lookups hitratio.Counts `json:"lookups"`
 }
 
 // Provider supplies status; the daemon implements it. Control endpoints

@@ -47,6 +47,9 @@ type Backend interface {
 	// BlockTiers names the tier holding each block in block order
 	// ("G2", "G3", "G3.5", "G4", or "hole").
 	BlockTiers(id tiering.ObjectID) ([]string, error)
+	// ServingTier names the slowest tier a whole read of the object needs
+	// now ("G2" when every block is in memory, or it has none).
+	ServingTier(id tiering.ObjectID) (string, error)
 	// Heat is the object's mean block heat, 0–100.
 	Heat(id tiering.ObjectID) (float64, error)
 	// Capacity reports total and free bytes (statfs).

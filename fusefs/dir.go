@@ -55,7 +55,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		// go-fuse turns ENOENT into a cached negative entry
 		// (fs.Options.NegativeTimeout).
 		if d.n.ns != nil {
-			d.fsys.lookupMisses.Add(1)
+			d.fsys.lookupMiss(d.n.ns)
 		}
 		return nil, syscall.ENOENT
 	}
@@ -200,6 +200,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 
 // Create makes and opens a regular file (open(O_CREAT) of a missing name).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	d.fsys.createProbe(d.n.ns)
 	n, e := d.newFile(ctx, name, mode)
 	if e != 0 {
 		return nil, nil, 0, e
@@ -227,6 +228,7 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 
 // Mknod makes regular files only; other node types are EPERM.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.fsys.createProbe(d.n.ns)
 	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
 		return nil, syscall.EPERM
 	}
@@ -239,6 +241,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 
 // Mkdir makes a directory.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.fsys.createProbe(d.n.ns)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -255,6 +258,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 
 // Symlink makes a symbolic link.
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.fsys.createProbe(d.n.ns)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -273,6 +277,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 // Link adds a name to a file or symlink of the same namespace (EXDEV
 // across namespaces); it also names an O_TMPFILE file.
 func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.fsys.createProbe(d.n.ns)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -453,6 +458,9 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		return nil, syscall.ENOENT
 	}
 	dst := nd.dir.get(newName)
+	if dst == nil {
+		f.createProbe(nd.ns) // the kernel looked newName up first
+	}
 	ts := now()
 	var ops []op
 

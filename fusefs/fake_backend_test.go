@@ -3,9 +3,11 @@ package fusefs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -207,6 +209,17 @@ func (b *fakeBackend) BlockTiers(id tiering.ObjectID) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func (b *fakeBackend) ServingTier(id tiering.ObjectID) (string, error) {
+	tiers, err := b.BlockTiers(id)
+	if err != nil {
+		return "", err
+	}
+	if len(tiers) == 0 {
+		return tiering.TierG2, nil
+	}
+	return hitratio.SlowestTier(strings.Join(tiers, " ")), nil
 }
 
 func (b *fakeBackend) Heat(id tiering.ObjectID) (float64, error) {

@@ -147,6 +147,7 @@ func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 			return nil, 0, e
 		}
 	}
+	fn.fsys.countOpen(fn.n, flags)
 	return fn.fsys.open(ctx, fn.n, flags)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/ctxmem/ctxmemd/tiering"
@@ -17,8 +16,8 @@ type fsys struct {
 	be   Backend
 	opts Options
 	log  *slog.Logger
-	// lookupMisses counts LOOKUPs in a namespace answered ENOENT.
-	lookupMisses atomic.Int64
+	// lk counts KV lookups in every namespace (lookups.go).
+	lk lookupCounts
 	// ctx is passed to Backend calls instead of the request context: FUSE
 	// interrupts are not honoured (see the package doc). It is cancelled
 	// when the mount shuts down.

@@ -123,9 +123,7 @@ func (s *Server) DropNamespace(ctx context.Context, ns string) (int, error) {
 	return count, firstErr
 }
 
-// LookupMisses is the number of LOOKUPs inside a namespace answered
-// ENOENT since mount: names an engine asked for that the mount does not
-// hold (a KV cache's real misses). A name looked up again while the
-// kernel still caches its negative entry (Options.NegativeTimeout) is not
-// counted again.
-func (s *Server) LookupMisses() int64 { return s.fsys.lookupMisses.Load() }
+// LookupMisses is the number of KV lookup misses since mount: names an
+// engine asked for in a namespace that the mount does not hold, the
+// kernel's own lookups before creating a name excluded (see Lookups).
+func (s *Server) LookupMisses() int64 { c, _ := s.Lookups(); return c.Misses }

@@ -7,7 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/hitratio"
+	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 func TestPathLookupDrop(t *testing.T) {
@@ -74,23 +78,73 @@ func TestPathLookupDrop(t *testing.T) {
 	}
 }
 
-// TestLookupMisses: names a namespace does not hold are counted (issue 16
-// item 4: the real misses of a KV cache), names it holds are not.
-func TestLookupMisses(t *testing.T) {
+// TestLookups: the mount counts KV lookups as package hitratio defines
+// them — a stat of a missing name is one miss, and writing that name
+// through a temporary file and rename adds none (the kernel's LOOKUPs
+// before CREATE, MKDIR and a RENAME onto a new name are probes, not
+// misses); an open for reading is a hit by the slowest tier the file
+// needs; writes and truncating opens are neither.
+func TestLookups(t *testing.T) {
 	m := mount(t, nil, Options{NegativeTimeout: -1})
-	if err := os.WriteFile(filepath.Join(m.ns(""), "have"), []byte("x"), 0o644); err != nil {
+	dir := m.ns("")
+	if err := os.WriteFile(filepath.Join(dir, "have"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := m.srv.LookupMisses()
+	base, _ := m.srv.Lookups()
 	for i := range 5 {
-		if _, err := os.Stat(filepath.Join(m.ns(""), fmt.Sprint("missing", i))); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprint("missing", i))); !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(m.ns(""), "have")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "have")); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.srv.LookupMisses() - before; got != 5 {
-		t.Fatalf("lookup misses %d, want 5", got)
+	// An engine's miss path: stat (counted above for missing0), mkdir,
+	// write a temporary file, rename it into place, link and symlink.
+	sub := filepath.Join(dir, "prefix")
+	must(t, os.Mkdir(sub, 0o755))
+	tmp := filepath.Join(sub, "blk.tmp")
+	must(t, os.WriteFile(tmp, []byte("kv"), 0o644))
+	// syscall.Rename: os.Rename stats the new name first, itself a
+	// lookup of a missing name.
+	must(t, syscall.Rename(tmp, filepath.Join(sub, "blk")))
+	must(t, os.Link(filepath.Join(sub, "blk"), filepath.Join(sub, "blk2")))
+	must(t, os.Symlink("blk", filepath.Join(sub, "blk3")))
+	// Rewriting an existing file is not a lookup.
+	must(t, os.WriteFile(filepath.Join(dir, "have"), []byte("y"), 0o644))
+	f, err := os.OpenFile(filepath.Join(dir, "have"), os.O_WRONLY, 0)
+	must(t, err)
+	f.Close()
+	got, rows := m.srv.Lookups()
+	if d := got.Misses - base.Misses; d != 5 {
+		t.Errorf("misses %d, want 5", d)
+	}
+	if d := got.HitTotal() - base.HitTotal(); d != 0 {
+		t.Errorf("hits %d before any read, want 0 (%v)", d, got.Hits)
+	}
+	// Reads: two from G2, one of a file with a block in G3.
+	for range 2 {
+		_, err := os.ReadFile(filepath.Join(sub, "blk"))
+		must(t, err)
+	}
+	m.be.setTier(m.node(filepath.Join(dir, "have")).obj, 0, tiering.TierG3)
+	_, err = os.ReadFile(filepath.Join(dir, "have"))
+	must(t, err)
+	got, rows = m.srv.Lookups()
+	if got.Hits[hitratio.G2]-base.Hits[hitratio.G2] != 2 || got.Hits[hitratio.G3]-base.Hits[hitratio.G3] != 1 {
+		t.Errorf("hits %v (base %v), want 2 G2 and 1 G3", got.Hits, base.Hits)
+	}
+	if m.srv.LookupMisses() != got.Misses {
+		t.Errorf("LookupMisses %d, Lookups misses %d", m.srv.LookupMisses(), got.Misses)
+	}
+	if len(rows) != 1 || rows[0].Namespace != DefaultNamespace || rows[0].Misses != got.Misses || rows[0].HitTotal() != got.HitTotal() {
+		t.Errorf("namespace rows %+v, total %+v", rows, got)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -43,6 +43,8 @@ type namespace struct {
 	// inodes counts the namespace's live files, directories and symlinks
 	// (its own directory included), for statfs f_files - f_ffree.
 	inodes atomic.Int64
+	// lk counts the namespace's KV lookups (lookups.go).
+	lk lookupCounts
 }
 
 // allocBytes is the space a file of size bytes is charged in statfs: its

@@ -10,7 +10,9 @@
 //	read_requests_total, read_request_hits_total                         counters
 //	block_reads_total, block_misses_total, block_hits_total{tier}        counters
 //	read_bytes_total, byte_hits_total{tier}                              counters
-//	hit_ratio{kind="request"|"block"|"byte"}                             gauges (0–1, since start)
+//	hit_ratio{kind="served_from_g2"|"found_in_any_tier"}                 gauges (0–1, since start; package hitratio)
+//	lookup_hits_total{namespace,tier}, lookup_misses_total{namespace}    counters
+//	namespace_objects{namespace}, namespace_bytes{namespace}, namespace_quota_bytes{namespace} gauges
 //	dirty_bytes, dirty_limit_bytes                                       gauges
 //	writer_waits_total, promotions_total                                 counters
 //	evictions_total{tier}, demotions_total{tier}, dropped_blocks_total{reason} counters
@@ -25,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -35,8 +38,20 @@ type Snapshot struct {
 	// Passthrough is the mount's FUSE passthrough state; nil before the
 	// mount serves.
 	Passthrough *Passthrough
-	// LookupMisses counts lookups of names the mount does not hold.
-	LookupMisses int64
+	// Lookups are the mount's KV lookups (package hitratio): the source
+	// of ctxmem_hit_ratio.
+	Lookups hitratio.Counts
+	// Namespaces are the served namespaces, with their lookups.
+	Namespaces []Namespace
+}
+
+// Namespace is one namespace's figures in a Snapshot.
+type Namespace struct {
+	Name           string
+	Objects, Bytes int64
+	// QuotaBytes is 0 without a quota.
+	QuotaBytes int64
+	Lookups    hitratio.Counts
 }
 
 // Passthrough is the FUSE front end's passthrough state in a Snapshot.
@@ -68,7 +83,8 @@ type descs struct {
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
 	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
 	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
-	g3PutBytes, g3CompactedBytes, lookupMisses                *prometheus.Desc
+	g3PutBytes, g3CompactedBytes, lookupMisses, lookupHits    *prometheus.Desc
+	nsObjects, nsBytes, nsQuota                               *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -81,19 +97,21 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 // reports version in ctxmem_build_info.
 func NewCollector(snap SnapshotFunc, version string) *Collector {
 	return &Collector{snap: snap, version: version, descs: descs{
-		tierUsed:      newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
-		tierCap:       newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
-		tierBlocks:    newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
-		tierHigh:      newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
-		tierLow:       newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
-		reqs:          newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
-		reqHits:       newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
-		blockReads:    newDesc("block_reads_total", "Block reads."),
-		blockMisses:   newDesc("block_misses_total", "Block reads that found the block in no tier."),
-		blockHits:     newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
-		byteReads:     newDesc("read_bytes_total", "Bytes requested by reads."),
-		byteHits:      newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
-		hitRatio:      newDesc("hit_ratio", "Hit ratio since start by kind: request, block or byte.", "kind"),
+		tierUsed:    newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
+		tierCap:     newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
+		tierBlocks:  newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
+		tierHigh:    newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
+		tierLow:     newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
+		reqs:        newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
+		reqHits:     newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
+		blockReads:  newDesc("block_reads_total", "Block reads."),
+		blockMisses: newDesc("block_misses_total", "Block reads that found the block in no tier."),
+		blockHits:   newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
+		byteReads:   newDesc("read_bytes_total", "Bytes requested by reads."),
+		byteHits:    newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
+		hitRatio: newDesc("hit_ratio", "KV lookup hit ratio of the mount since start (0-1): kind=\"served_from_g2\" is G2 hits / lookups, "+
+			"kind=\"found_in_any_tier\" is hits in any tier / lookups; a lookup is an open for reading of an existing file (a hit) "+
+			"or a name lookup answered ENOENT (a miss).", "kind"),
 		dirty:         newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
 		dirtyLimit:    newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
 		writerWaits:   newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
@@ -118,8 +136,13 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		g3PutBytes:    newDesc("g3_put_bytes_total", "Payload bytes written to G3 by write-back and demotion."),
 		g3CompactedBytes: newDesc("g3_compacted_bytes_total", "Payload bytes G3 reclaim copied forward (compaction); "+
 			"write amplification is (put + compacted) / put."),
-		lookupMisses: newDesc("lookup_misses_total", "Lookups of names the mount does not hold (ENOENT inside a namespace): "+
-			"the KV cache's misses that never reach a read."),
+		lookupMisses: newDesc("lookup_misses_total", "KV lookup misses: lookups of names the namespace does not hold (ENOENT), "+
+			"the kernel's own lookups before creating a name excluded.", "namespace"),
+		lookupHits: newDesc("lookup_hits_total", "KV lookup hits: opens for reading of existing files, by the slowest tier the file "+
+			"was served from.", "namespace", "tier"),
+		nsObjects: newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
+		nsBytes:   newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
+		nsQuota:   newDesc("namespace_quota_bytes", "The namespace's quota in bytes (absent without one).", "namespace"),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -133,7 +156,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
-		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses} {
+		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota} {
 		ch <- x
 	}
 }
@@ -159,7 +182,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.gcFailed, s.Stats.GCFailed)
 	counter(d.g3PutBytes, s.Stats.G3PutBytes)
 	counter(d.g3CompactedBytes, s.Stats.G3CompactedBytes)
-	counter(d.lookupMisses, s.LookupMisses)
+	for _, n := range s.Namespaces {
+		counter(d.lookupMisses, n.Lookups.Misses, n.Name)
+		for _, t := range hitratio.Tiers() {
+			counter(d.lookupHits, n.Lookups.Hits[t], n.Name, t)
+		}
+		gauge(d.nsObjects, float64(n.Objects), n.Name)
+		gauge(d.nsBytes, float64(n.Bytes), n.Name)
+		if n.QuotaBytes > 0 {
+			gauge(d.nsQuota, float64(n.QuotaBytes), n.Name)
+		}
+	}
+	gauge(d.hitRatio, s.Lookups.ServedFromG2(), "served_from_g2")
+	gauge(d.hitRatio, s.Lookups.FoundInAnyTier(), "found_in_any_tier")
 	if p := s.Passthrough; p != nil {
 		gauge(d.ptOn, b2f(p.On))
 		counter(d.fuseReqs, p.DaemonReads, "read")
@@ -187,9 +222,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	byLabel(d.blockHits, st.BlockHits)
 	counter(d.byteReads, st.ByteReads)
 	byLabel(d.byteHits, st.ByteHits)
-	gauge(d.hitRatio, ratio(st.ReadRequestHits, st.ReadRequests), "request")
-	gauge(d.hitRatio, ratio(sum(st.BlockHits), st.BlockReads), "block")
-	gauge(d.hitRatio, ratio(sum(st.ByteHits), st.ByteReads), "byte")
 	gauge(d.dirty, float64(st.DirtyBytes))
 	gauge(d.dirtyLimit, float64(st.DirtyLimitBytes))
 	counter(d.writerWaits, st.WriterWaits)
@@ -203,28 +235,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.obj, float64(st.Objects))
 	gauge(d.storeDegraded, b2f(st.Degraded != ""))
 	gauge(d.build, 1, c.version)
-}
-
-// HitRatios returns the request, block and byte hit ratios (0–1; 0 when
-// nothing was read) of st, as exported in ctxmem_hit_ratio. Block and byte
-// hits sum every tier, holes excluded from neither.
-func HitRatios(st tiering.Stats) (request, block, byte float64) {
-	return ratio(st.ReadRequestHits, st.ReadRequests), ratio(sum(st.BlockHits), st.BlockReads), ratio(sum(st.ByteHits), st.ByteReads)
-}
-
-func sum(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
-
-func ratio(a, b int64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
 }
 
 func b2f(b bool) float64 {

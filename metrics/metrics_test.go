@@ -2,11 +2,11 @@ package metrics
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -35,6 +36,11 @@ func snapshot(objects int64) Snapshot {
 			Evictions: map[string]int64{"G2": 3, "G3": 1}, Demotions: map[string]int64{"G3": 4}, Promotions: 6,
 			AdmissionsDenied: 9, Dropped: map[string]int64{"admission": 9}, CRCErrors: 1, ObjectsLost: 2, Objects: objects,
 			Degraded: "data directory deleted",
+		},
+		Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 6, "G3": 2}, Misses: 12},
+		Namespaces: []Namespace{
+			{Name: "default", Objects: objects, Bytes: 4096, Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 6, "G3": 2}, Misses: 12}},
+			{Name: "q", QuotaBytes: 1 << 30},
 		},
 	}
 }
@@ -124,9 +130,13 @@ func TestScrape(t *testing.T) {
 		{"ctxmem_block_hits_total", []string{"tier=G4"}, 2},
 		{"ctxmem_block_misses_total", nil, 8},
 		{"ctxmem_byte_hits_total", []string{"tier=G3"}, 500},
-		{"ctxmem_hit_ratio", []string{"kind=request"}, 0.7},
-		{"ctxmem_hit_ratio", []string{"kind=block"}, 32.0 / 40},
-		{"ctxmem_hit_ratio", []string{"kind=byte"}, 3000.0 / 4000},
+		{"ctxmem_hit_ratio", []string{"kind=served_from_g2"}, 6.0 / 20},
+		{"ctxmem_hit_ratio", []string{"kind=found_in_any_tier"}, 8.0 / 20},
+		{"ctxmem_lookup_hits_total", []string{"namespace=default", "tier=G3"}, 2},
+		{"ctxmem_lookup_hits_total", []string{"namespace=q", "tier=G4"}, 0},
+		{"ctxmem_lookup_misses_total", []string{"namespace=default"}, 12},
+		{"ctxmem_namespace_bytes", []string{"namespace=default"}, 4096},
+		{"ctxmem_namespace_quota_bytes", []string{"namespace=q"}, 1 << 30},
 		{"ctxmem_dirty_bytes", nil, 1 << 20},
 		{"ctxmem_dirty_limit_bytes", nil, 256 << 20},
 		{"ctxmem_evictions_total", []string{"tier=G2"}, 3},
@@ -203,19 +213,12 @@ func TestServeErrors(t *testing.T) {
 	if fams == nil {
 		t.Fatal("Serve never answered")
 	}
-	if v := value(t, fams, "ctxmem_hit_ratio", "kind=block"); v != 0 {
+	if v := value(t, fams, "ctxmem_hit_ratio", "kind=found_in_any_tier"); v != 0 {
 		t.Errorf("empty hit ratio = %g", v)
 	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Error(err)
-	}
-}
-
-func TestHitRatios(t *testing.T) {
-	r, b, y := HitRatios(snapshot(0).Stats)
-	if fmt.Sprint(r, b, y) != fmt.Sprint(0.7, 0.8, 0.75) {
-		t.Errorf("HitRatios = %g %g %g", r, b, y)
 	}
 }
 
@@ -262,13 +265,14 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
-// TestReadmeMetricsServed: every ctxmem_* name the README mentions is
-// served (issue 16 item 5).
+// TestReadmeMetricsServed: every ctxmem_* name the README or a page of
+// docs/ mentions is served (issue 16 item 5).
 func TestReadmeMetricsServed(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	pages = append([]string{"../README.md"}, pages...)
 	s := snapshot(1)
 	s.Passthrough = &Passthrough{On: true}
 	s.Tiers[2].Recovering = true
@@ -281,13 +285,21 @@ func TestReadmeMetricsServed(t *testing.T) {
 	defer cancel()
 	go ServeListener(ctx, ln, func() Snapshot { return s }, "v")
 	fams := scrape(t, ln.Addr().String())
-	names := regexp.MustCompile(`ctxmem_[a-z0-9_]*[a-z0-9]`).FindAllString(string(readme), -1)
-	if len(names) == 0 {
-		t.Fatal("README names no metric")
-	}
-	for _, n := range names {
-		if _, ok := fams[n]; !ok {
-			t.Errorf("README mentions %s, which is not served", n)
+	re := regexp.MustCompile(`ctxmem_[a-z0-9_]*[a-z0-9]`)
+	named := 0
+	for _, p := range pages {
+		text, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, n := range re.FindAllString(string(text), -1) {
+			named++
+			if _, ok := fams[n]; !ok {
+				t.Errorf("%s mentions %s, which is not served", p, n)
+			}
+		}
+	}
+	if named == 0 {
+		t.Fatal("README.md and docs/*.md name no metric")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/hitratio"
 )
 
 // Tier names counted in Result.HitsByTier (the ctxmemd tiers plus
@@ -34,6 +36,13 @@ type Result struct {
 	RetryWaitS float64 `json:"retry_wait_s"`
 	// RetryMissingS is Options.RetryMissing in seconds (0: off).
 	RetryMissingS float64 `json:"retry_missing_s"`
+	// G2HitRatio ("served from G2") and AnyTierHitRatio ("found in any
+	// tier", equal to BlockHitRatio) are the hit ratios of package
+	// hitratio over the Blocks lookups: HitsByTier["G2"] / Blocks and
+	// BlockHits / Blocks. A fresh daemon that only this replay uses
+	// reports the same two numbers in ctxmemd status and ctxmem_hit_ratio.
+	G2HitRatio      float64 `json:"g2_hit_ratio"`
+	AnyTierHitRatio float64 `json:"any_tier_hit_ratio"`
 	// ByteHitRatio is verified bytes read over bytes requested
 	// (Blocks × BlockBytes); with fixed-size block files it equals
 	// BlockHitRatio.
@@ -157,6 +166,8 @@ func (r *Result) finish(lat []int64, elapsed time.Duration) {
 	}
 	if r.Blocks > 0 {
 		r.BlockHitRatio = float64(r.BlockHits) / float64(r.Blocks)
+		r.AnyTierHitRatio = r.BlockHitRatio
+		r.G2HitRatio = float64(r.HitsByTier[hitratio.G2]) / float64(r.Blocks)
 		r.ByteHitRatio = float64(r.BlockHits*int64(r.BlockBytes)) / float64(r.Blocks*int64(r.BlockBytes))
 	}
 	if r.ElapsedS > 0 {
@@ -171,8 +182,8 @@ func (r Result) WriteTable(w io.Writer) error {
 	rows := [][2]string{
 		{"requests", fmt.Sprintf("%d (%d all-hit, %.2f%%)", r.Requests, r.RequestHits, 100*r.RequestHitRatio)},
 		{"blocks", fmt.Sprintf("%d (%d hits, %d misses, %d B each, layout %s)", r.Blocks, r.BlockHits, r.BlockMisses, r.BlockBytes, r.Layout)},
-		{"block hit ratio", fmt.Sprintf("%.4f", r.BlockHitRatio)},
-		{"byte hit ratio", fmt.Sprintf("%.4f", r.ByteHitRatio)},
+		{"hit ratio", fmt.Sprintf("%s %.4f, %s %.4f (of %d lookups)", hitratio.LabelG2, r.G2HitRatio,
+			hitratio.LabelAny, r.AnyTierHitRatio, r.Blocks)},
 	}
 	for _, t := range countedTiers() {
 		rows = append(rows, [2]string{"hits " + t, fmt.Sprint(r.HitsByTier[t])})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults for Options.
@@ -149,7 +150,7 @@ func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 
-	r := &runner{opts: opts, hosts: hosts, inflight: map[claimKey]chan struct{}{}}
+	r := &runner{opts: opts, hosts: hosts, inflight: map[claimKey]chan struct{}{}, seen: map[claimKey]struct{}{}}
 	if opts.Progress != nil {
 		r.bar = progressbar.NewOptions(len(reqs),
 			progressbar.OptionSetWriter(opts.Progress),
@@ -256,6 +257,7 @@ type runner struct {
 	bar      *progressbar.ProgressBar
 	mu       sync.Mutex
 	inflight map[claimKey]chan struct{} // closed when the block's writer is done
+	seen     map[claimKey]struct{}      // block files this run read or wrote
 	dirs     sync.Map                   // directories known to exist
 	logged   atomic.Int64
 	tmpSeq   atomic.Int64
@@ -278,6 +280,27 @@ func (r *runner) claim(k claimKey) (<-chan struct{}, bool) {
 	}
 	r.inflight[k] = make(chan struct{})
 	return nil, true
+}
+
+// known reports whether this run has read or written block file k.
+func (r *runner) known(k claimKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.seen[k]
+	return ok
+}
+
+// remember records that block file k exists; forget, that it may not.
+func (r *runner) remember(k claimKey) {
+	r.mu.Lock()
+	r.seen[k] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *runner) forget(k claimKey) {
+	r.mu.Lock()
+	delete(r.seen, k)
+	r.mu.Unlock()
 }
 
 func (r *runner) release(k claimKey) {
@@ -335,13 +358,18 @@ const (
 )
 
 // block replays one block reference on host h and reports whether it was
-// a hit.
+// a hit. It looks the file up once per reference, as an engine does, so
+// the mount counts the same hits and misses the replay does (package
+// hitratio): a block this run has seen is stat'ed at once; one it has not
+// is stat'ed under its claim, so a block two workers want at once is
+// looked up by one of them while the other waits and then finds it.
 func (w *worker) block(ctx context.Context, h int, id int64) bool {
 	path := filepath.Join(w.r.hosts[h].mount, w.r.opts.Layout.RelPath(id))
 	key := claimKey{dom: w.r.hosts[h].dom, id: id}
 	waited := false
+	looked := false // a stat in this reference found the file missing
 	for attempt := 0; ; attempt++ {
-		if attempt < 3 {
+		if attempt < 3 && w.r.known(key) {
 			if _, err := os.Stat(path); err == nil {
 				switch w.read(h, path, id) {
 				case readHit:
@@ -349,8 +377,11 @@ func (w *worker) block(ctx context.Context, h int, id int64) bool {
 				case readFailed:
 					return false
 				}
-				// vanished between stat and open: a miss
 			}
+			// Gone (the daemon dropped it) or vanished between stat and
+			// open: a miss.
+			w.r.forget(key)
+			looked = true
 		}
 		wait, mine := w.r.claim(key)
 		if !mine {
@@ -361,11 +392,18 @@ func (w *worker) block(ctx context.Context, h int, id int64) bool {
 			}
 			continue
 		}
-		if attempt < 3 {
-			if _, err := os.Stat(path); err == nil { // a writer finished just before our claim
-				w.r.release(key)
-				continue
+		if attempt < 3 && !looked {
+			if _, err := os.Stat(path); err == nil {
+				// There already: from an earlier run, another host, or a
+				// writer that finished just before our claim.
+				w.r.remember(key)
+				if out := w.read(h, path, id); out != readVanished {
+					w.r.release(key)
+					return out == readHit
+				}
+				w.r.forget(key)
 			}
+			looked = true
 		}
 		if w.r.opts.RetryMissing > 0 && !waited {
 			waited = true
@@ -385,7 +423,9 @@ func (w *worker) block(ctx context.Context, h int, id int64) bool {
 				}
 			}
 		}
-		w.write(h, path, id)
+		if w.write(h, path, id) {
+			w.r.remember(key)
+		}
 		w.r.release(key)
 		return false
 	}
@@ -484,14 +524,17 @@ func (w *worker) readFile(path string) (int, error) {
 }
 
 // write stores a missing block on host h through a unique temp file and
-// rename.
-func (w *worker) write(h int, path string, id int64) {
+// rename, and reports whether it did. Directories are made top down and
+// the rename is one rename(2) (os.Rename stats the new name first), so
+// the mount sees no lookup of a missing name beyond the one stat that
+// found the block missing (package hitratio).
+func (w *worker) write(h int, path string, id int64) bool {
 	w.cnt[h].misses++
 	dir := filepath.Dir(path)
 	if _, ok := w.r.dirs.Load(dir); !ok {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirs(w.r.hosts[h].mount, dir); err != nil {
 			w.writeErr(h, path, id, err)
-			return
+			return false
 		}
 		w.r.dirs.Store(dir, true)
 	}
@@ -499,27 +542,46 @@ func (w *worker) write(h int, path string, id int64) {
 	Fill(id, w.wbuf)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o644)
 	if errors.Is(err, fs.ErrNotExist) { // directory removed behind our back
-		if err = os.MkdirAll(dir, 0o755); err == nil {
+		if err = mkdirs(w.r.hosts[h].mount, dir); err == nil {
 			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o644)
 		}
 	}
 	if err != nil {
 		w.writeErr(h, path, id, err)
-		return
+		return false
 	}
 	_, err = f.Write(w.wbuf)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = unix.Rename(tmp, path)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		w.writeErr(h, path, id, err)
-		return
+		return false
 	}
 	w.cnt[h].bytesWritten += int64(len(w.wbuf))
+	return true
+}
+
+// mkdirs makes dir and its missing parents below base (which exists), top
+// down: an existing one answers EEXIST from the kernel's cached entry,
+// and a missing one costs the LOOKUP the kernel makes before MKDIR only.
+func mkdirs(base, dir string) error {
+	rel, err := filepath.Rel(base, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return os.MkdirAll(dir, 0o755)
+	}
+	p := base
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, c)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *worker) writeErr(h int, path string, id int64, err error) {

@@ -2,9 +2,10 @@ package replay
 
 import (
 	"errors"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/hitratio"
 )
 
 // TierXattr is the extended attribute ctxmemd sets on every file: the tier
@@ -13,18 +14,12 @@ const TierXattr = "user.ctxmem.tier"
 
 // TierUnknown is the tier counted when the file has no TierXattr (a plain
 // directory, or a file system without user xattrs).
-const TierUnknown = "unknown"
+const TierUnknown = hitratio.Unknown
 
-// ParseTierRuns returns the tier of the first run of a TierXattr value
-// ("G3*2 G4" → "G3"), or TierUnknown for an empty value.
-func ParseTierRuns(v string) string {
-	first, _, _ := strings.Cut(strings.TrimSpace(v), " ")
-	name, _, _ := strings.Cut(first, "*")
-	if name == "" {
-		return TierUnknown
-	}
-	return name
-}
+// ParseTierRuns returns the tier a read of the whole file is served from
+// given its TierXattr value: the slowest tier named ("G2 G3*2" → "G3";
+// hitratio.SlowestTier), or TierUnknown for an empty value.
+func ParseTierRuns(v string) string { return hitratio.SlowestTier(v) }
 
 // fileTier reads TierXattr of path. It returns TierUnknown when the
 // attribute is absent or unsupported, and the error (e.g. ENOENT) for

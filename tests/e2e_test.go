@@ -34,6 +34,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tests/workloads"
 	"github.com/ctxmem/ctxmemd/traces"
@@ -342,6 +343,32 @@ func TestE2EReplayMovesBlocksDown(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("tiers: %+v", st.Tiers)
+	checkSameHitRatio(t, res, st)
+}
+
+// checkSameHitRatio: the daemon counted the replay's lookups as the replay
+// did (issue 16 item 4; package hitratio): the same misses and hits, and
+// by tier the same up to blocks that moved between the replay's getxattr
+// and its open (a background eviction can fall between the two).
+func checkSameHitRatio(t *testing.T, res harness.ReplayResult, st harness.Status) {
+	t.Helper()
+	l := st.Lookups
+	t.Logf("replay: %d blocks, %d hits %v, %d misses, served from G2 %.4f, found in any tier %.4f", res.Blocks, res.BlockHits,
+		res.HitsByTier, res.BlockMisses, res.G2HitRatio, res.AnyTierRatio)
+	t.Logf("daemon: %d lookups, hits %v, %d misses, served from G2 %.4f, found in any tier %.4f", l.Lookups(), l.Hits, l.Misses,
+		l.ServedFromG2(), l.FoundInAnyTier())
+	if l.Misses != res.BlockMisses || l.HitTotal() != res.BlockHits {
+		t.Errorf("daemon counted %d hits and %d misses; the replay %d and %d", l.HitTotal(), l.Misses, res.BlockHits, res.BlockMisses)
+	}
+	if res.HitsByTier[hitratio.Unknown] != 0 {
+		t.Errorf("replay could not read the tier of %d hits", res.HitsByTier[hitratio.Unknown])
+	}
+	slack := max(res.BlockHits/100, 2)
+	for _, tn := range hitratio.Tiers() {
+		if d := l.Hits[tn] - res.HitsByTier[tn]; d > slack || -d > slack {
+			t.Errorf("tier %s: daemon %d hits, replay %d", tn, l.Hits[tn], res.HitsByTier[tn])
+		}
+	}
 }
 
 // TestE2EKill9MidReplay kills the daemon with SIGKILL in the middle of a

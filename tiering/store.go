@@ -754,6 +754,39 @@ func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
 	return out, nil
 }
 
+// ServingTier names the slowest tier a whole read of the object needs now
+// ("G2", "G3", "G3.5" or "G4", in that order of speed): each block counts
+// at the fastest tier holding it, as in BlockTiers, and holes need none.
+// An object all in G2 (or empty, or all holes) is "G2". It is the tier a
+// KV lookup hit is counted by (issue 16, "one meaning of hit ratio").
+// Errors: ErrNotExist.
+func (s *Store) ServingTier(id ObjectID) (string, error) {
+	o, err := s.rlockLive(id)
+	if err != nil {
+		return "", err
+	}
+	defer o.mu.RUnlock()
+	worst := tiG2
+	for _, b := range o.blocks {
+		t := tiG2
+		switch {
+		case b == nil, b.g2.Load() != nil:
+			continue
+		case b.inG3:
+			t = tiG3
+		case b.inG35:
+			t = tiG35
+		case b.inG4:
+			t = tiG4
+		}
+		worst = max(worst, t)
+		if worst == tiG4 {
+			break
+		}
+	}
+	return tierNames[worst], nil
+}
+
 // Heat returns the mean heat score (0–100) of the object's written blocks.
 func (s *Store) Heat(id ObjectID) (float64, error) {
 	o := s.get(id)

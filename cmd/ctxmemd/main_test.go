@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/replay"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
@@ -148,7 +149,9 @@ func TestStatus(t *testing.T) {
 		Tiers: []tiering.TierUsage{{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12}, {Name: "G4", UsedBytes: 1 << 30, Blocks: 4096}},
 		Stats: tiering.Stats{ReadRequests: 4, ReadRequestHits: 3, BlockReads: 10, BlockHits: map[string]int64{"G2": 8, "G4": 1}, BlockMisses: 1,
 			Evictions: map[string]int64{"G2": 2}, CRCErrors: 1, Objects: 7},
-		Namespaces: []admin.NamespaceStatus{{Name: "llama", Objects: 7, Bytes: 5 << 20, BlockSize: 256 << 10}},
+		Namespaces: []admin.NamespaceStatus{{Name: "llama", Objects: 7, Bytes: 5 << 20, BlockSize: 256 << 10,
+			Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4}}},
+		Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -188,8 +191,9 @@ func TestStatus(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, errs)
 	}
-	for _, w := range []string{"ctxmemd v7", "G2", "3.0 MiB", "1.0 GiB", "0.3%", "unbounded", "request 75.0% (3/4)",
-		"block 90.0%", "G2 8, G4 1", "CRC errors", "llama"} {
+	for _, w := range []string{"ctxmemd v7", "G2", "3.0 MiB", "1.0 GiB", "0.3%", "unbounded",
+		"served from G2 37.5%, found in any tier 50.0% (of 8 lookups: hits G2 3, G3 1, G3.5 0, G4 0; misses 4)",
+		"10 by tier: G2 8, G4 1; 1 found in no tier (lost)", "CRC errors", "llama", "8        37.5%  50.0%"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status output lacks %q:\n%s", w, out)
 		}

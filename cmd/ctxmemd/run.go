@@ -306,15 +306,7 @@ func (d *daemon) open(ctx context.Context) error {
 	})
 	if cfg.Metrics != "" {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
-			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot {
-				snap := metrics.Snapshot{Tiers: st.Occupancy(), Stats: st.Stats()}
-				if fs := d.fuse; fs != nil {
-					p := fs.Passthrough()
-					snap.Passthrough = &metrics.Passthrough{On: p.On, DaemonReads: p.Reads, DaemonWrites: p.Writes}
-					snap.LookupMisses = fs.LookupMisses()
-				}
-				return snap
-			}, version)
+			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot { return d.metricsSnapshot(ctx) }, version)
 		})
 	}
 	if addr := os.Getenv("CTXMEM_PPROF"); addr != "" {
@@ -521,14 +513,32 @@ func (d *daemon) statusLine() string {
 	return "serving " + d.cfg.Mount + ": " + strings.Join(parts, ", ")
 }
 
+// metricsSnapshot is one scrape's figures: the admin status, so that
+// status and metrics report the same numbers.
+func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
+	st, _ := d.Status(ctx)
+	snap := metrics.Snapshot{Tiers: st.Tiers, Stats: st.Stats, Lookups: st.Lookups}
+	if d.fuse != nil {
+		p := st.Passthrough
+		snap.Passthrough = &metrics.Passthrough{On: p.On, DaemonReads: p.DaemonReads, DaemonWrites: p.DaemonWrites}
+	}
+	for _, n := range st.Namespaces {
+		snap.Namespaces = append(snap.Namespaces, metrics.Namespace{Name: n.Name, Objects: n.Objects, Bytes: n.Bytes,
+			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups})
+	}
+	return snap
+}
+
 // Status implements admin.Provider.
 func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	st := admin.Status{Mount: d.cfg.Mount, DataDir: d.cfg.DataDir, Tiers: d.store.Occupancy(), Stats: d.store.Stats(),
 		Control: d.controlStatus()}
+	var nsLookups []fusefs.NamespaceLookups
 	if d.fuse != nil {
 		p := d.fuse.Passthrough()
 		st.Passthrough = admin.PassthroughStatus{On: p.On, Reason: p.Reason, DaemonReads: p.Reads, DaemonWrites: p.Writes}
-		st.LookupMisses = d.fuse.LookupMisses()
+		st.Lookups, nsLookups = d.fuse.Lookups()
+		st.LookupMisses = st.Lookups.Misses
 	}
 	if d.link != nil {
 		l := d.link.State()
@@ -541,6 +551,11 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	}
 	for i := range st.Namespaces {
 		per[st.Namespaces[i].Name] = &st.Namespaces[i]
+	}
+	for _, l := range nsLookups {
+		if n := per[l.Namespace]; n != nil {
+			n.Lookups = l.Counts
+		}
 	}
 	for _, o := range d.store.Objects() {
 		if n := per[o.Namespace]; n != nil && o.Kind == fusefs.ObjectKind {

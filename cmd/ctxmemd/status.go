@@ -15,7 +15,7 @@ import (
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/config"
-	"github.com/ctxmem/ctxmemd/metrics"
+	"github.com/ctxmem/ctxmemd/hitratio"
 )
 
 func statusCommand() *cli.Command {
@@ -94,12 +94,11 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	if s.Degraded != "" {
 		fmt.Fprintf(tw, "\nstore\tDEGRADED: %s\n", s.Degraded)
 	}
-	rq, bl, by := metrics.HitRatios(s)
+	l := st.Lookups
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "hit ratio\trequest %.1f%% (%d/%d), block %.1f%% (of %d), byte %.1f%% (of %s)\n",
-		100*rq, s.ReadRequestHits, s.ReadRequests, 100*bl, s.BlockReads, 100*by, config.HumanSize(s.ByteReads))
-	fmt.Fprintf(tw, "hits by tier\t%s\n", joinCounts(s.BlockHits))
-	fmt.Fprintf(tw, "misses\t%d blocks; %d lookups of names the mount does not hold (ENOENT)\n", s.BlockMisses, st.LookupMisses)
+	fmt.Fprintf(tw, "hit ratio\t%s %.1f%%, %s %.1f%% (of %d lookups: hits %s; misses %d)\n",
+		hitratio.LabelG2, 100*l.ServedFromG2(), hitratio.LabelAny, 100*l.FoundInAnyTier(), l.Lookups(), tierCounts(l.Hits), l.Misses)
+	fmt.Fprintf(tw, "blocks read\t%d by tier: %s; %d found in no tier (lost)\n", s.BlockReads, joinCounts(s.BlockHits), s.BlockMisses)
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
@@ -119,14 +118,15 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "objects\t%d (%d lost since start)\n", s.Objects, s.ObjectsLost)
 	if len(st.Namespaces) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "NAMESPACE\tOBJECTS\tBYTES\tBLOCK\tQUOTA\tMODEL")
+		fmt.Fprintln(tw, "NAMESPACE\tOBJECTS\tBYTES\tBLOCK\tQUOTA\tLOOKUPS\tG2\tANY TIER\tMODEL")
 		for _, n := range st.Namespaces {
 			q := "-"
 			if n.QuotaBytes > 0 {
 				q = config.HumanSize(n.QuotaBytes)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.Objects, config.HumanSize(n.Bytes),
-				config.FormatSize(int64(n.BlockSize)), q, n.ModelID)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.1f%%\t%.1f%%\t%s\n", n.Name, n.Objects, config.HumanSize(n.Bytes),
+				config.FormatSize(int64(n.BlockSize)), q, n.Lookups.Lookups(), 100*n.Lookups.ServedFromG2(),
+				100*n.Lookups.FoundInAnyTier(), n.ModelID)
 		}
 	}
 	if cs := st.Control; cs != nil {
@@ -170,6 +170,15 @@ func writeStatus(w io.Writer, st admin.Status) error {
 }
 
 // joinCounts renders a counter map as "G2 3, G3 1" (sorted), or "0".
+// tierCounts lists hit counts in tier order ("G2 5, G3 1, G3.5 0, G4 0").
+func tierCounts(m map[string]int64) string {
+	var parts []string
+	for _, t := range hitratio.Tiers() {
+		parts = append(parts, fmt.Sprintf("%s %d", t, m[t]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func joinCounts(m map[string]int64) string {
 	if len(m) == 0 {
 		return "0"

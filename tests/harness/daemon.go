@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/hitratio"
 )
 
 // Options configure a daemon. Sizes are strings in ctxmemd's size syntax
@@ -262,7 +264,9 @@ type Status struct {
 	Tiers       []TierStatus               `json:"tiers"`
 	Stats       map[string]json.RawMessage `json:"stats"`
 	Passthrough PassthroughStatus          `json:"passthrough"`
-	Raw         json.RawMessage            `json:"-"`
+	// Lookups are the mount's KV lookups (package hitratio).
+	Lookups hitratio.Counts `json:"lookups"`
+	Raw     json.RawMessage `json:"-"`
 }
 
 // PassthroughStatus is the mount's FUSE passthrough state in Status.

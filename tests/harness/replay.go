@@ -23,6 +23,8 @@ type ReplayResult struct {
 	BytesRead      int64            `json:"bytes_read"`
 	HitsByTier     map[string]int64 `json:"hits_by_tier"`
 	BlockHitRatio  float64          `json:"block_hit_ratio"`
+	G2HitRatio     float64          `json:"g2_hit_ratio"`
+	AnyTierRatio   float64          `json:"any_tier_hit_ratio"`
 	RetryHits      int64            `json:"retry_hits"`
 	MiBPerSec      float64          `json:"mib_per_s"`
 	ElapsedS       float64          `json:"elapsed_s"`
