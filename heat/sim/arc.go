@@ -40,48 +40,69 @@ func (a *arc) move(b uint64, to uint8) {
 	a.in[b] = to
 }
 
-// dropLRU forgets the LRU key of list i.
-func (a *arc) dropLRU(i uint8) {
+// dropLRU forgets the LRU key of list i and returns it.
+func (a *arc) dropLRU(i uint8) uint64 {
 	e := a.list(i).Back()
 	b := e.Value.(uint64)
 	a.list(i).Remove(e)
 	delete(a.where, b)
 	delete(a.in, b)
+	return b
 }
 
-// replace evicts from t1 or t2 into its ghost list (ARC's REPLACE).
-func (a *arc) replace(inB2 bool) {
+// replace evicts from t1 or t2 into its ghost list (ARC's REPLACE) and
+// returns the block that left the cache.
+func (a *arc) replace(inB2 bool) (uint64, bool) {
 	n1 := float64(a.t1.Len())
 	if a.t1.Len() > 0 && (n1 > a.p || (inB2 && n1 == a.p) || a.t2.Len() == 0) {
-		a.move(a.t1.Back().Value.(uint64), 3)
+		v := a.t1.Back().Value.(uint64)
+		a.move(v, 3)
+		return v, true
 	} else if a.t2.Len() > 0 {
-		a.move(a.t2.Back().Value.(uint64), 4)
+		v := a.t2.Back().Value.(uint64)
+		a.move(v, 4)
+		return v, true
 	}
+	return 0, false
 }
 
-func (a *arc) access(b uint64, _ int64) bool {
-	switch a.in[b] {
+func (a *arc) lookup(r ref) bool {
+	switch a.in[r.block] {
 	case 1, 2:
-		a.move(b, 2)
+		a.move(r.block, 2)
 		return true
+	}
+	return false
+}
+
+func (a *arc) contains(b uint64) bool {
+	i := a.in[b]
+	return i == 1 || i == 2
+}
+
+// insert follows a miss; a key in a ghost list adapts p (ARC's cases II
+// and III), any other is new (case IV).
+func (a *arc) insert(r ref) (victim uint64, evicted, admitted bool) {
+	b := r.block
+	switch a.in[b] {
 	case 3:
 		d := 1.0
 		if a.b1.Len() < a.b2.Len() {
 			d = float64(a.b2.Len()) / float64(a.b1.Len())
 		}
 		a.p = min(float64(a.c), a.p+d)
-		a.replace(false)
+		victim, evicted = a.replace(false)
 		a.move(b, 2)
-		return false
+		return victim, evicted, true
 	case 4:
 		d := 1.0
 		if a.b2.Len() < a.b1.Len() {
 			d = float64(a.b1.Len()) / float64(a.b2.Len())
 		}
 		a.p = max(0, a.p-d)
-		a.replace(true)
+		victim, evicted = a.replace(true)
 		a.move(b, 2)
-		return false
+		return victim, evicted, true
 	}
 	l1 := a.t1.Len() + a.b1.Len()
 	total := l1 + a.t2.Len() + a.b2.Len()
@@ -89,16 +110,16 @@ func (a *arc) access(b uint64, _ int64) bool {
 	case l1 == a.c:
 		if a.t1.Len() < a.c {
 			a.dropLRU(3)
-			a.replace(false)
+			victim, evicted = a.replace(false)
 		} else {
-			a.dropLRU(1)
+			victim, evicted = a.dropLRU(1), true
 		}
 	case l1 < a.c && total >= a.c:
 		if total == 2*a.c {
 			a.dropLRU(4)
 		}
-		a.replace(false)
+		victim, evicted = a.replace(false)
 	}
 	a.move(b, 1)
-	return false
+	return victim, evicted, true
 }

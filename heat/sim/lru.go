@@ -15,16 +15,27 @@ func newRefLRU(capacity int) *refLRU {
 	return &refLRU{capacity: capacity, order: list.New(), where: make(map[uint64]*list.Element, capacity)}
 }
 
-func (c *refLRU) access(b uint64, _ int64) bool {
-	if e, ok := c.where[b]; ok {
+func (c *refLRU) lookup(r ref) bool {
+	e, ok := c.where[r.block]
+	if ok {
 		c.order.MoveToFront(e)
-		return true
 	}
-	c.where[b] = c.order.PushFront(b)
+	return ok
+}
+
+func (c *refLRU) insert(r ref) (victim uint64, evicted, admitted bool) {
+	c.where[r.block] = c.order.PushFront(r.block)
 	if c.order.Len() > c.capacity {
 		e := c.order.Back()
 		c.order.Remove(e)
-		delete(c.where, e.Value.(uint64))
+		victim = e.Value.(uint64)
+		delete(c.where, victim)
+		return victim, true, true
 	}
-	return false
+	return 0, false, true
+}
+
+func (c *refLRU) contains(b uint64) bool {
+	_, ok := c.where[b]
+	return ok
 }

@@ -70,7 +70,7 @@ func oracleLRUHits(blocks []uint64, capacity int) int64 {
 			c.order.Remove(e)
 			delete(c.where, b)
 		case next[i] != never:
-			c.access(b, 0)
+			access(c, ref{block: b, i: i})
 		}
 	}
 	return hits

@@ -9,8 +9,10 @@
 // (evicting one block when the cache holds capacity blocks). Every block
 // reference counts, including hits after a miss in the same request.
 //
-// SimulateTwoTier runs two Policies as G2 over G3 to measure the G3 write
-// filter (PredictReuse).
+// SimulateTiers runs any policy as G2 over G3 (a G2 miss is looked up in
+// G3; G2 victims are written to G3), and SimulateTwoTier runs two default
+// heat.Policy instances that way to measure the G3 write filter
+// (PredictReuse).
 package sim
 
 import (
@@ -62,8 +64,11 @@ func DefaultCapacities() []int { return []int{5000, 10000, 20000} }
 //	wtinylfu[:window=F,protected=F,sample=N]
 //	                         W-TinyLFU; window and protected are fractions
 //	                         (default 0.01, 0.8), sample is W/C (default 10)
-//	policy[:order=decay|lru2|lru,halflife=D,sample=N,admit=on|off]
-//	                         heat.Policy (defaults: heat.PolicyConfig's)
+//	policy[:order=decay|lru2|lru,halflife=D,sample=N,admit=on|off,reuse=N]
+//	                         heat.Policy (defaults: heat.PolicyConfig's);
+//	                         reuse is the G3 write filter's PredictReuse
+//	                         threshold (SimulateTiers only; 0 writes
+//	                         every G2 victim to G3)
 //
 // It returns an error wrapping ErrTrace for a malformed trace and ErrPolicy
 // for an unknown policy or option, or a capacity below 1.
@@ -113,7 +118,7 @@ func Simulate(t *Trace, capacity int, policy string) (Result, error) {
 			return Result{}, fmt.Errorf("%w (%q)", err, policy)
 		}
 		for i, b := range t.Blocks {
-			if c.access(b, t.Millis[i]*int64(time.Millisecond)+int64(i)) {
+			if access(c, t.ref(i, b)) {
 				res.Hits++
 			}
 		}
@@ -125,10 +130,41 @@ func Simulate(t *Trace, capacity int, policy string) (Result, error) {
 	return res, nil
 }
 
-// cache is one simulated policy: access replays one reference at time
-// nanos (UnixNano) and reports a hit; on a miss it may insert and evict.
+// ref is one block reference: the block, its position in the trace and
+// its time (UnixNano).
+type ref struct {
+	block uint64
+	i     int
+	nanos int64
+}
+
+// ref returns reference i of t, block b: it happens at its request's
+// timestamp plus i nanoseconds, so that times are strictly increasing.
+func (t *Trace) ref(i int, b uint64) ref {
+	return ref{block: b, i: i, nanos: t.Millis[i]*int64(time.Millisecond) + int64(i)}
+}
+
+// cache is one simulated policy, usable as a tier. lookup replays a
+// reference and reports a hit (touching the block; it may also record the
+// reference in the policy's statistics, as heat.Policy.Access does). insert
+// follows a miss: the policy may refuse the block (admitted false) or make
+// it resident, and reports the block that left the cache to make room
+// (evicted), if any. contains reports residency without counting a
+// reference.
 type cache interface {
-	access(block uint64, nanos int64) bool
+	lookup(r ref) bool
+	insert(r ref) (victim uint64, evicted, admitted bool)
+	contains(block uint64) bool
+}
+
+// access replays r through c as a single cache: lookup, and insert on a
+// miss. It reports a hit.
+func access(c cache, r ref) bool {
+	if c.lookup(r) {
+		return true
+	}
+	c.insert(r)
+	return false
 }
 
 func parseSpec(spec string) (string, map[string]string, error) {
@@ -221,7 +257,7 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		if err != nil {
 			return nil, err
 		}
-		c = &policyCache{p: p, capacity: capacity}
+		c = &policyCache{p: p, capacity: capacity, keepAll: cfg.ReuseMinCount == 0}
 	default:
 		return nil, fmt.Errorf("%w: unknown policy %q", ErrPolicy, name)
 	}
@@ -252,6 +288,15 @@ func policyConfig(o *options, capacity int) (heat.PolicyConfig, error) {
 		}
 		cfg.HalfLife = d
 	}
+	if v, ok := o.take("reuse"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cfg, fmt.Errorf("%w: reuse=%q is not a count >= 0", ErrPolicy, v)
+		}
+		cfg.ReuseMinCount = n
+	} else {
+		cfg.ReuseMinCount = heat.DefaultReuseMinCount
+	}
 	if v, ok := o.take("admit"); ok {
 		switch v {
 		case "on":
@@ -265,29 +310,38 @@ func policyConfig(o *options, capacity int) (heat.PolicyConfig, error) {
 }
 
 // policyCache drives heat.Policy exactly as the tiering core does (see
-// the heat package documentation), with a budget of capacity blocks.
+// the heat package documentation), with a budget of capacity blocks. As
+// G2 above a G3 it writes to G3 only the victims PredictReuse keeps (every
+// victim when keepAll: spec option reuse=0).
 type policyCache struct {
 	p        *heat.Policy[uint64]
 	capacity int
+	keepAll  bool
 }
 
-func (c *policyCache) access(b uint64, nanos int64) bool {
-	now := time.Unix(0, nanos)
-	h := heat.Mix64(b)
-	if c.p.Access(b, h, now) {
-		return true
-	}
+func (c *policyCache) lookup(r ref) bool {
+	return c.p.Access(r.block, heat.Mix64(r.block), time.Unix(0, r.nanos))
+}
+
+func (c *policyCache) insert(r ref) (victim uint64, evicted, admitted bool) {
+	now := time.Unix(0, r.nanos)
+	h := heat.Mix64(r.block)
 	if c.p.Len() >= c.capacity {
 		if !c.p.ShouldAdmit(h, now) {
-			return false
+			return 0, false, false
 		}
-		if v, ok := c.p.Victim(); ok {
-			c.p.Remove(v)
+		if victim, evicted = c.p.Victim(); evicted {
+			c.p.Remove(victim)
 		}
 	}
-	c.p.Insert(b, h, now)
-	return false
+	c.p.Insert(r.block, h, now)
+	return victim, evicted, true
 }
+
+func (c *policyCache) contains(b uint64) bool { return c.p.Contains(b) }
+
+// keep is the G3 write filter (see writeFilter).
+func (c *policyCache) keep(v uint64) bool { return c.keepAll || c.p.PredictReuse(heat.Mix64(v)) }
 
 // lru2Cache is plain LRU-2 (heat.LRU2), inserting every miss.
 type lru2Cache struct {
@@ -295,16 +349,22 @@ type lru2Cache struct {
 	capacity int
 }
 
-func (c *lru2Cache) access(b uint64, nanos int64) bool {
-	now := time.Unix(0, nanos)
-	if c.l.Contains(b) {
-		c.l.Touch(b, now)
-		return true
+func (c *lru2Cache) lookup(r ref) bool {
+	if !c.l.Contains(r.block) {
+		return false
 	}
-	if c.l.Len() >= c.capacity {
-		v, _ := c.l.Victim()
-		c.l.Remove(v)
-	}
-	c.l.Touch(b, now)
-	return false
+	c.l.Touch(r.block, time.Unix(0, r.nanos))
+	return true
 }
+
+func (c *lru2Cache) insert(r ref) (victim uint64, evicted, admitted bool) {
+	if c.l.Len() >= c.capacity {
+		if victim, evicted = c.l.Victim(); evicted {
+			c.l.Remove(victim)
+		}
+	}
+	c.l.Touch(r.block, time.Unix(0, r.nanos))
+	return victim, evicted, true
+}
+
+func (c *lru2Cache) contains(b uint64) bool { return c.l.Contains(b) }

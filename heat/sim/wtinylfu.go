@@ -53,43 +53,58 @@ func (c *wTinyLFU) drop(l *list.List, e *list.Element) uint64 {
 	return b
 }
 
-func (c *wTinyLFU) access(b uint64, _ int64) bool {
+func (c *wTinyLFU) lookup(r ref) bool {
+	b := r.block
 	c.sk.Increment(heat.Mix64(b))
-	if e, ok := c.where[b]; ok {
-		switch c.segment[b] {
-		case segWindow:
-			c.window.MoveToFront(e)
-		case segProbation:
-			c.drop(c.probation, e)
-			c.put(c.protected, segProtected, b)
-			if c.protected.Len() > c.protectedCap {
-				c.put(c.probation, segProbation, c.drop(c.protected, c.protected.Back()))
-			}
-		case segProtected:
-			c.protected.MoveToFront(e)
-		}
-		return true
-	}
-	c.put(c.window, segWindow, b)
-	if c.window.Len() <= c.windowCap {
+	e, ok := c.where[b]
+	if !ok {
 		return false
+	}
+	switch c.segment[b] {
+	case segWindow:
+		c.window.MoveToFront(e)
+	case segProbation:
+		c.drop(c.probation, e)
+		c.put(c.protected, segProtected, b)
+		if c.protected.Len() > c.protectedCap {
+			c.put(c.probation, segProbation, c.drop(c.protected, c.protected.Back()))
+		}
+	case segProtected:
+		c.protected.MoveToFront(e)
+	}
+	return true
+}
+
+func (c *wTinyLFU) contains(b uint64) bool {
+	_, ok := c.where[b]
+	return ok
+}
+
+// insert puts a missed block in the window; the window's victim then
+// enters the main cache, replacing the main cache's victim if the sketch
+// admits it. The block that loses leaves the cache.
+func (c *wTinyLFU) insert(r ref) (victim uint64, evicted, admitted bool) {
+	c.put(c.window, segWindow, r.block)
+	if c.window.Len() <= c.windowCap {
+		return 0, false, true
 	}
 	cand := c.drop(c.window, c.window.Back())
 	if c.probation.Len()+c.protected.Len() < c.mainCap {
 		c.put(c.probation, segProbation, cand)
-		return false
+		return 0, false, true
 	}
 	victims := c.probation
 	if victims.Len() == 0 {
 		victims = c.protected
 	}
 	if victims.Len() == 0 { // no main cache at all
-		return false
+		return cand, true, true
 	}
 	v := victims.Back()
 	if c.sk.Admit(heat.Mix64(cand), heat.Mix64(v.Value.(uint64))) {
-		c.drop(victims, v)
+		victim = c.drop(victims, v)
 		c.put(c.probation, segProbation, cand)
+		return victim, true, true
 	}
-	return false
+	return cand, true, true
 }
