@@ -115,6 +115,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		schedulerCommand(),
 		prestageCommand(),
 		poolCommand(),
+		benchCommand(),
 		versionCommand(),
 		manCommand(),
 	}
