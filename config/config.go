@@ -115,6 +115,12 @@ type Config struct {
 	G4 string
 	// G4TTL is how long a block is kept in G4.
 	G4TTL time.Duration
+	// G4Size is the most payload bytes G4 may hold (its oldest blocks are
+	// evicted above G4High); 0 = unbounded; G4SizeAuto = 80% of the size
+	// of a local G4's filesystem, unbounded for S3 (resolved at start).
+	G4Size int64
+	// G4High and G4Low are the G4 watermarks (fractions of G4Size).
+	G4High, G4Low float64
 	// HeatHalfLife is the heat-score decay half-life.
 	HeatHalfLife time.Duration
 	// ColdThreshold and WarmThreshold split heat scores (0–100) into cold
@@ -285,6 +291,9 @@ func (c Config) G4Path() (string, bool) {
 	}
 	return "", false
 }
+
+// G4SizeAuto is the G4Size of g4_size "auto" (the default).
+const G4SizeAuto = -1
 
 // G4Enabled reports whether a G4 tier is configured (G4 != "none").
 func (c Config) G4Enabled() bool { return c.G4 != "none" }

@@ -217,6 +217,11 @@ func TestValidationErrors(t *testing.T) {
 		{name: "g4 scheme", flags: map[string]string{"g4": "ftp://x/y"}, want: []string{"g4", "unsupported scheme"}},
 		{name: "g4 two slashes", flags: map[string]string{"g4": "file://relative/dir"}, want: []string{"g4", "three slashes"}},
 		{name: "ttl", flags: map[string]string{"g4-ttl": "soon"}, want: []string{"g4_ttl", "duration"}},
+		{name: "g4 size", flags: map[string]string{"g4-size": "lots"}, want: []string{"g4_size", "--g4-size", `"lots"`, "or auto"}},
+		{name: "g4 size negative", env: map[string]string{"CTXMEM_G4_SIZE": "-1"}, want: []string{"g4_size", "negative"}},
+		{name: "g4 size below a block", flags: map[string]string{"g4-size": "64KiB"}, want: []string{"g4_size", "largest block size"}},
+		{name: "g4 watermarks", yaml: "g4_high: 0.8\ng4_low: 0.9\n", want: []string{"g4_low", "below g4_high"}},
+		{name: "g4 fraction range", flags: map[string]string{"g4-high": "120%"}, want: []string{"g4_high", "outside"}},
 		{name: "data in mount", flags: map[string]string{"mount": dir + "/m", "data-dir": dir + "/m/data"}, want: []string{"data_dir", "inside the mount"}},
 		{name: "segment < block", flags: map[string]string{"g3-segment-size": "128KiB"}, want: []string{"g3_segment_size"}},
 		{name: "dirty > dram", flags: map[string]string{"dirty-bytes": "2GiB"}, want: []string{"dirty_bytes"}},
@@ -320,6 +325,46 @@ func TestG4Forms(t *testing.T) {
 	}
 }
 
+func TestG4Size(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	absent := filepath.Join(dir, "absent")
+	c, err := Load(Inputs{File: absent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.G4Size != G4SizeAuto || c.G4High != 0.95 || c.G4Low != 0.85 {
+		t.Fatalf("defaults: g4_size %d, g4_high %g, g4_low %g", c.G4Size, c.G4High, c.G4Low)
+	}
+	sum := strings.Join(c.Summary(), "\n")
+	for _, w := range []string{"g4_size = auto (default)", "g4_high = 0.95 (default)", "g4_low = 0.85 (default)"} {
+		if !strings.Contains(sum, w) {
+			t.Errorf("summary lacks %q", w)
+		}
+	}
+	for in, want := range map[string]int64{"auto": G4SizeAuto, " AUTO ": G4SizeAuto, "0": 0, "500GiB": 500 << 30, "2T": 2 << 40, "4MiB": 4 << 20} {
+		c, err := Load(Inputs{File: absent, Flags: map[string]string{"g4-size": in}})
+		if err != nil || c.G4Size != want || c.Source("g4_size") != SourceFlag {
+			t.Errorf("g4_size %q → %d, %v; want %d", in, c.G4Size, err, want)
+		}
+	}
+	// YAML and environment; an explicit size applies to s3 too.
+	file := writeFile(t, dir, "c.yaml", "g4: s3://bucket/pfx\ng4_size: 1TiB\ng4_high: 90%\ng4_low: 0.5\n")
+	c, err = Load(Inputs{File: file, FileExplicit: true})
+	if err != nil || c.G4Size != 1<<40 || c.G4High != 0.9 || c.G4Low != 0.5 || c.G4 != "s3://bucket/pfx" || c.Source("g4_size") != SourceFile {
+		t.Fatalf("yaml: %+v, %v", c, err)
+	}
+	c, err = Load(Inputs{File: file, FileExplicit: true, Env: envMap(map[string]string{"CTXMEM_G4_SIZE": "0"})})
+	if err != nil || c.G4Size != 0 || c.Source("g4_size") != SourceEnv {
+		t.Fatalf("env: g4_size %d, %v", c.G4Size, err)
+	}
+	// A size at least the largest namespace block is needed.
+	file = writeFile(t, dir, "ns.yaml", "g4_size: 1MiB\nnamespaces:\n  - name: a\n    block_size: 2MiB\n")
+	if _, err := Load(Inputs{File: file, FileExplicit: true}); err == nil || !strings.Contains(err.Error(), "g4_size") {
+		t.Fatalf("g4_size below a namespace block: %v", err)
+	}
+}
+
 func TestMarkdownTable(t *testing.T) {
 	md := MarkdownTable()
 	lines := strings.Split(strings.TrimSuffix(md, "\n"), "\n")
@@ -353,29 +398,30 @@ func TestMarkdownTable(t *testing.T) {
 	}
 }
 
-// TestReadmeTable checks that the README's configuration section (between
-// the markers below) is exactly MarkdownTable(). It skips until the README
-// has the markers. CTXMEM_UPDATE_README=1 rewrites the table instead.
+// TestReadmeTable checks that the options table of docs/configuration.md
+// (between the markers below; the README links to it) is exactly
+// MarkdownTable(). CTXMEM_UPDATE_README=1 rewrites the table instead.
 func TestReadmeTable(t *testing.T) {
 	const begin, end = "<!-- config-table:begin -->\n", "<!-- config-table:end -->"
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	doc := filepath.Join("..", "docs", "configuration.md")
+	data, err := os.ReadFile(doc)
 	if err != nil {
-		t.Skipf("no README.md: %v", err)
+		t.Fatalf("the options table lives in %s: %v", doc, err)
 	}
 	s := string(data)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Skip("README.md has no config-table markers yet")
+		t.Fatalf("%s has no config-table markers (%q ... %q)", doc, begin, end)
 	}
 	if got := s[i+len(begin) : j]; got != MarkdownTable() {
 		if os.Getenv("CTXMEM_UPDATE_README") == "1" {
 			s = s[:i+len(begin)] + MarkdownTable() + s[j:]
-			if err := os.WriteFile(filepath.Join("..", "README.md"), []byte(s), 0o644); err != nil {
+			if err := os.WriteFile(doc, []byte(s), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		t.Errorf("README config table is stale; run CTXMEM_UPDATE_README=1 go test -run TestReadmeTable ./config/, or replace it with config.MarkdownTable():\n%s", MarkdownTable())
+		t.Errorf("%s: config table is stale; run CTXMEM_UPDATE_README=1 go test -run TestReadmeTable ./config/, or replace it with config.MarkdownTable():\n%s", doc, MarkdownTable())
 	}
 }
 

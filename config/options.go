@@ -100,6 +100,12 @@ func table() []Option {
 			func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
 		opt("g4_ttl", "72h", "how long cold blocks are kept in G4 (Go duration, or days as 3d)",
 			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
+		opt("g4_size", "auto", "most payload bytes G4 may hold; above g4_high its oldest blocks are evicted; auto = 80% of the size of the filesystem of a file:// G4 (measured at start), unbounded for s3://; 0 = unbounded",
+			setG4Size, getG4Size),
+		opt("g4_high", "0.95", "G4 high watermark, a fraction of g4_size (0.95) or a percentage (95%): eviction of the oldest blocks starts above it",
+			setFraction(func(c *Config) *float64 { return &c.G4High }), getFloat(func(c *Config) *float64 { return &c.G4High })),
+		opt("g4_low", "0.85", "G4 low watermark: eviction stops at it",
+			setFraction(func(c *Config) *float64 { return &c.G4Low }), getFloat(func(c *Config) *float64 { return &c.G4Low })),
 		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",
@@ -377,6 +383,27 @@ func setLogLevel(c *Config, v string) error {
 	}
 	c.LogLevel = l
 	return nil
+}
+
+// setG4Size accepts "auto" (G4SizeAuto) or a size (0 = unbounded).
+func setG4Size(c *Config, v string) error {
+	if strings.EqualFold(strings.TrimSpace(v), "auto") {
+		c.G4Size = G4SizeAuto
+		return nil
+	}
+	n, err := ParseSize(v)
+	if err != nil {
+		return fmt.Errorf("%w (or auto)", err)
+	}
+	c.G4Size = n
+	return nil
+}
+
+func getG4Size(c *Config) string {
+	if c.G4Size == G4SizeAuto {
+		return "auto"
+	}
+	return FormatSize(c.G4Size)
 }
 
 // setG4 accepts "none", "" (derived default), file:// URLs, plain paths

@@ -75,6 +75,7 @@ func (c Config) Validate() error {
 	}
 	checkWatermarks("dram_high", "dram_low", c.DRAMHigh, c.DRAMLow)
 	checkWatermarks("g3_high", "g3_low", c.G3High, c.G3Low)
+	checkWatermarks("g4_high", "g4_low", c.G4High, c.G4Low)
 	for _, t := range []struct{ key, v string }{{"cluster", c.Cluster}, {"host", c.Host}} {
 		if !validToken(t.v) {
 			bad(t.key, "%q: want 1-64 letters, digits, '_' or '-'", t.v)
@@ -154,6 +155,9 @@ func (c Config) Validate() error {
 	}
 	if c.G4TTL <= 0 {
 		bad("g4_ttl", "must be positive")
+	}
+	if c.G4Size < G4SizeAuto || c.G4Size > 0 && c.G4Size < maxBlock {
+		bad("g4_size", "%s is smaller than the largest block size %s (auto, 0 for unbounded, or a size)", FormatSize(c.G4Size), FormatSize(maxBlock))
 	}
 	if c.WriteTimeout < time.Second {
 		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)

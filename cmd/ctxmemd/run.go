@@ -229,7 +229,12 @@ func (d *daemon) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		capacity, err := d.g4Capacity()
+		if err != nil {
+			return err
+		}
 		t, err := g4.NewTier(objects, g4.TierOptions{
+			Capacity: capacity, HighWatermark: cfg.G4High, LowWatermark: cfg.G4Low,
 			Retain: func(k tier.Key) bool {
 				st := storeRef.Load()
 				return st != nil && st.IsExportBlock(k)
@@ -319,6 +324,14 @@ func (d *daemon) open(ctx context.Context) error {
 			} else if n > 0 {
 				d.log.Info("G4 expiry", "blocks", n)
 			}
+		}, OnEvict: func(n int, err error) {
+			u := d.g4.Usage()
+			if err != nil {
+				d.log.Warn("G4 size eviction", "blocks", n, "err", err)
+			} else {
+				d.log.Info("G4 size eviction: oldest blocks deleted", "blocks", n,
+					"used", config.HumanSize(u.UsedBytes), "g4_size", config.HumanSize(u.CapacityBytes))
+			}
 		}})
 		d.goroutine(ctx, "g4-expiry", sw.Run)
 	}
@@ -380,6 +393,26 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 		return st, nil
 	}
 	return nil, fmt.Errorf("g4 %q: want file:///dir, s3://bucket/prefix or none", url)
+}
+
+// g4Capacity resolves g4_size for G4's TierOptions.Capacity: auto is
+// g4.AutoCapacityFraction of the size of a local G4's filesystem (logged)
+// and unbounded (0) for S3; a size or 0 is taken as it is.
+func (d *daemon) g4Capacity() (int64, error) {
+	if d.cfg.G4Size != config.G4SizeAuto {
+		return d.cfg.G4Size, nil
+	}
+	dir, ok := d.cfg.G4Path()
+	if !ok {
+		return 0, nil
+	}
+	n, fsSize, err := g4.AutoCapacity(dir)
+	if err != nil {
+		return 0, withCode(exitUsage, fmt.Errorf("g4_size auto: %w (set g4_size to a size, or 0 for unbounded)", err))
+	}
+	d.log.Info("G4 size bound: g4_size auto, 80% of its filesystem", "g4", dir,
+		"g4_size", config.HumanSize(n), "filesystem", config.HumanSize(fsSize))
+	return n, nil
 }
 
 // g4OpenTimeout bounds G4's first listing at start; past it the daemon

@@ -18,7 +18,9 @@
 //     block named <prefix>/<namespace>/<object>/<gen>/<index>, each object
 //     a 64-byte header (key, generation, length, CRC32C) plus the
 //     namespace and the payload; every read verifies header and payload;
-//     Sweeper runs expiry on a timer for whoever owns its Run loop.
+//     Sweeper runs expiry on a timer, and size eviction of a bounded tier
+//     (oldest blocks first, evict.go) when it fills, for whoever owns its
+//     Run loop.
 //
 // Every backend call the tier makes carries a deadline (TierOptions.Timeout,
 // default 2 s); a backend that does not answer in time, or reports itself

@@ -106,6 +106,10 @@ type SweeperOptions struct {
 	// OnSweep, if set, is called after every sweep with the number of
 	// blocks expired and the sweep's error (nil on success).
 	OnSweep func(expired int, err error)
+	// OnEvict, if set, is called after every size eviction that deleted
+	// blocks or failed, with the number deleted and the error (nil when
+	// Run's context ended it).
+	OnEvict func(evicted int, err error)
 }
 
 // Defaults of SweeperOptions.
@@ -114,11 +118,14 @@ const (
 	DefaultTTL           = 72 * time.Hour
 )
 
-// Sweeper expires blocks of a tier.Expirer by TTL on a timer. It starts no
-// goroutine of its own: whoever calls Run owns the loop and stops it by
-// cancelling Run's context.
+// Sweeper expires blocks of a tier.Expirer by TTL on a timer and, when the
+// tier is also an Evicter (a *Tier), runs its size eviction after every
+// expiry and whenever the tier signals it is over its high watermark. It
+// starts no goroutine of its own: whoever calls Run owns the loop and stops
+// it by cancelling Run's context.
 type Sweeper struct {
 	e    tier.Expirer
+	ev   Evicter // nil if e does not evict by size
 	opts SweeperOptions
 }
 
@@ -133,7 +140,8 @@ func NewSweeper(e tier.Expirer, opts SweeperOptions) *Sweeper {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Sweeper{e: e, opts: opts}
+	ev, _ := e.(Evicter)
+	return &Sweeper{e: e, ev: ev, opts: opts}
 }
 
 // SweepOnce expires every block stored before Now() - TTL and returns how
@@ -146,18 +154,47 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Run sweeps once at once and then every Interval until ctx is done, and
-// returns ctx's error. A failed sweep (backend down) is reported through
-// OnSweep and retried at the next tick.
+// EvictOnce runs the tier's size eviction (see Tier.Evict) and returns how
+// many blocks it deleted; 0 if the tier does not evict by size.
+func (s *Sweeper) EvictOnce(ctx context.Context) (int, error) {
+	if s.ev == nil {
+		return 0, nil
+	}
+	n, err := s.ev.Evict(ctx)
+	rerr := err
+	if ctx.Err() != nil {
+		rerr = nil // stopped, not failed
+	}
+	if s.opts.OnEvict != nil && (n > 0 || rerr != nil) {
+		s.opts.OnEvict(n, rerr)
+	}
+	return n, err
+}
+
+// Run sweeps (expiry, then size eviction) once at once and then every
+// Interval, and evicts by size whenever the tier signals it (EvictSignal),
+// until ctx is done; it returns ctx's error. A failed sweep (backend down)
+// is reported through OnSweep or OnEvict and retried at the next tick.
 func (s *Sweeper) Run(ctx context.Context) error {
 	tk := time.NewTicker(s.opts.Interval)
 	defer tk.Stop()
+	var wake <-chan struct{}
+	if s.ev != nil {
+		wake = s.ev.EvictSignal()
+	}
+	sweep := true
 	for {
-		_, _ = s.SweepOnce(ctx)
+		if sweep {
+			_, _ = s.SweepOnce(ctx)
+		}
+		_, _ = s.EvictOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tk.C:
+			sweep = true
+		case <-wake:
+			sweep = false
 		}
 	}
 }

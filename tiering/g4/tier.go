@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,15 +27,23 @@ type TierOptions struct {
 	// and in ExpireBefore (default 5 min).
 	ListTimeout time.Duration
 	// Capacity is the most payload bytes the tier may hold; 0 = unbounded.
-	// A Put beyond it fails with tier.ErrNoSpace (G4 reclaims only by TTL).
+	// A Put beyond it fails with tier.ErrNoSpace. The tier reclaims by TTL
+	// (ExpireBefore) and by size (Evict, run by a Sweeper).
 	Capacity int64
+	// HighWatermark and LowWatermark are fractions of Capacity (defaults
+	// 0.95 and 0.85; 0 < low < high <= 1): once the payload bytes held
+	// (with Puts in flight) pass high, Evict deletes the blocks stored
+	// longest ago until they are at most low. A Put that takes them over
+	// high signals EvictSignal. Unused when Capacity is 0.
+	HighWatermark, LowWatermark float64
 	// MaxBlockSize is the largest block Put accepts, in bytes (default and
 	// minimum tier.MaxBlockSize, 4 MiB; at most 1 GiB).
 	MaxBlockSize int
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
-	// Retain, if set, exempts blocks from expiry when it returns true (NBD
-	// export blocks must never be dropped, see DESIGN.md).
+	// Retain, if set, exempts blocks from expiry and size eviction when it
+	// returns true (NBD export blocks must never be dropped, see
+	// DESIGN.md). It is called with no lock of the tier held.
 	Retain func(k tier.Key) bool
 	// OpenUnlisted makes NewTier return the tier even when its first
 	// listing gets no answer (an error wrapping tier.ErrUnavailable, or
@@ -52,6 +61,8 @@ const (
 	DefaultPrefix      = "blocks"
 	DefaultTimeout     = 2 * time.Second
 	DefaultListTimeout = 5 * time.Minute
+	DefaultHighWater   = 0.95
+	DefaultLowWater    = 0.85
 	// staleTempAge is how old a store's temporary file must be before
 	// ExpireBefore removes it (see Local.RemoveStale).
 	staleTempAge = 10 * time.Minute
@@ -66,6 +77,7 @@ type Stats struct {
 	HeaderErrors uint64 // reads whose header was damaged, truncated or named another block
 	Quarantined  uint64 // corrupt blocks deleted from the store
 	Expired      uint64 // blocks deleted by ExpireBefore
+	Evicted      uint64 // blocks deleted by Evict (size eviction)
 	Unavailable  uint64 // backend calls that failed as unavailable (incl. timeouts)
 }
 
@@ -87,7 +99,10 @@ type Tier struct {
 	listed  atomic.Bool // a listing of the prefix completed (the index is whole)
 	bufPool sync.Pool   // *[]byte scratch for partial reads
 
-	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, unavailable atomic.Uint64
+	wake chan struct{} // EvictSignal: a Put took the load over high, or was refused
+	high int64         // HighWatermark × Capacity, bytes
+
+	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, evicted, unavailable atomic.Uint64
 }
 
 var (
@@ -126,13 +141,23 @@ func NewTier(store ObjectStore, opts TierOptions) (*Tier, error) {
 	if opts.Capacity < 0 {
 		return nil, fmt.Errorf("g4: negative capacity %d", opts.Capacity)
 	}
+	if opts.HighWatermark == 0 {
+		opts.HighWatermark = DefaultHighWater
+	}
+	if opts.LowWatermark == 0 {
+		opts.LowWatermark = DefaultLowWater
+	}
+	if !(opts.LowWatermark > 0 && opts.LowWatermark < opts.HighWatermark && opts.HighWatermark <= 1) {
+		return nil, fmt.Errorf("g4: watermarks low %g, high %g: want 0 < low < high <= 1", opts.LowWatermark, opts.HighWatermark)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = opts.ListTimeout
 	}
-	t := &Tier{store: store, opts: opts, idx: newIndex()}
+	t := &Tier{store: store, opts: opts, idx: newIndex(), wake: make(chan struct{}, 1),
+		high: int64(math.Round(opts.HighWatermark * float64(opts.Capacity)))}
 	if _, err := t.refreshWithin(context.Background(), opts.OpenTimeout); err != nil {
 		if opts.OpenUnlisted && errors.Is(err, tier.ErrUnavailable) {
 			return t, nil
@@ -157,7 +182,7 @@ func (t *Tier) Stats() Stats {
 		Puts: t.puts.Load(), Gets: t.gets.Load(), Misses: t.misses.Load(),
 		CRCErrors: t.crcErrs.Load(), HeaderErrors: t.hdrErrs.Load(),
 		Quarantined: t.quarantined.Load(), Expired: t.expired.Load(),
-		Unavailable: t.unavailable.Load(),
+		Evicted: t.evicted.Load(), Unavailable: t.unavailable.Load(),
 	}
 }
 
@@ -230,7 +255,11 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	unlock := t.locks.lock(k)
 	defer unlock()
 	n := int64(len(data))
-	if !t.idx.reserve(k, n, t.opts.Capacity) {
+	ok, wake := t.idx.reserve(k, n, t.opts.Capacity, t.high)
+	if wake {
+		t.signalEvict()
+	}
+	if !ok {
 		return fmt.Errorf("g4 put %v: %w (capacity %d bytes)", k, tier.ErrNoSpace, t.opts.Capacity)
 	}
 	hdr := encodeHeader(k, data)
@@ -238,7 +267,7 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 		body := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(data))
 		return t.store.Put(ctx, name, body, int64(len(hdr))+n, nil)
 	})
-	t.idx.put(k, n, err == nil)
+	t.idx.put(k, n, err == nil, t.opts.Now().UnixNano())
 	if err == nil {
 		t.puts.Add(1)
 	}
@@ -452,12 +481,12 @@ func (t *Tier) refresh(ctx context.Context) (map[tier.Key]int64, error) {
 func (t *Tier) refreshWithin(ctx context.Context, timeout time.Duration) (map[tier.Key]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	listed := map[tier.Key]int64{}
+	listed := map[tier.Key]listedBlock{}
 	t.idx.beginList()
 	err := t.store.List(ctx, t.opts.Prefix+"/", func(a ObjectAttrs) bool {
 		k, ok := ParseBlockName(t.opts.Prefix, a.Name)
 		if ok && a.Size >= int64(headerLen(k.Namespace)) {
-			listed[k] = a.Size - int64(headerLen(k.Namespace))
+			listed[k] = listedBlock{length: a.Size - int64(headerLen(k.Namespace)), mod: a.ModTime.UnixNano()}
 		}
 		return true
 	})

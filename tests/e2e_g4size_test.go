@@ -1,0 +1,73 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tests/harness"
+)
+
+// TestE2EG4SizeEvictsOldest is issue 16 item 6 through the mount: with
+// G2 of 16 MiB, no G3 and a local G4 bounded to 24 MiB (g4_size), writing
+// 48 MiB of files keeps G4 within its bound by deleting its oldest blocks:
+// every write succeeds, the newest file reads back intact, the oldest is
+// lost (a failed read, never wrong bytes), and the daemon logs the
+// eviction.
+func TestE2EG4SizeEvictsOldest(t *testing.T) {
+	d := harness.Start(t, needE2E(t), harness.Options{DRAM: "16MiB", G3Size: "0", BlockSize: "256KiB",
+		Extra: []string{"--g4-size", "24MiB"}})
+	dir := filepath.Join(d.Namespace(), "g4size")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const files, size, bound = 24, 2 << 20, 24 << 20
+	ctx := context.Background()
+	maxUsed := int64(0)
+	for i := range files {
+		if err := writeFileWithin(t, filepath.Join(dir, fmt.Sprintf("f%02d", i)), boundedPattern(100+i, size), 60*time.Second); err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+		st, err := d.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g4, ok := st.Tier("G4")
+		if !ok || g4.CapacityBytes != bound {
+			t.Fatalf("G4 tier %+v (present %v); want capacity %d", g4, ok, bound)
+		}
+		maxUsed = max(maxUsed, g4.UsedBytes)
+	}
+	if maxUsed > bound {
+		t.Fatalf("G4 held %d bytes, over its bound %d", maxUsed, bound)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.Log(), "G4 size eviction") && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(d.Log(), "G4 size eviction") {
+		t.Fatal("no G4 size eviction logged after writing twice G4's bound")
+	}
+	last := filepath.Join(dir, fmt.Sprintf("f%02d", files-1))
+	if got, err := os.ReadFile(last); err != nil || !bytes.Equal(got, boundedPattern(100+files-1, size)) {
+		t.Fatalf("newest file: %d bytes, %v", len(got), err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "f00"))
+	if err == nil {
+		if bytes.Equal(got, boundedPattern(100, size)) {
+			t.Fatal("oldest file still reads back whole: nothing was evicted from G4")
+		}
+		t.Fatalf("oldest file read %d wrong bytes", len(got))
+	}
+	t.Logf("oldest file: %v; G4 peak %d of %d bytes", err, maxUsed, bound)
+	for _, l := range strings.Split(d.Log(), "\n") {
+		if strings.Contains(l, "G4 size") {
+			t.Log(l)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package g4
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// Size eviction: a bounded tier (TierOptions.Capacity) deletes the blocks
+// stored longest ago when it fills, so that a full G4 loses its oldest
+// cold blocks rather than refusing the newest ones. A lost block is a
+// cache miss (KV bytes can be recomputed); a block is never read wrong.
+
+// Evicter is implemented by *Tier: size eviction, for a Sweeper to run.
+type Evicter interface {
+	// Evict deletes the oldest blocks if the tier is over its high
+	// watermark, until it is at most at its low watermark, and returns
+	// how many it deleted.
+	Evict(ctx context.Context) (int, error)
+	// EvictSignal receives (capacity 1, never closed) when a Put takes the
+	// tier over its high watermark or is refused for want of space.
+	EvictSignal() <-chan struct{}
+}
+
+var _ Evicter = (*Tier)(nil)
+
+// EvictSignal implements Evicter.
+func (t *Tier) EvictSignal() <-chan struct{} { return t.wake }
+
+// Evicted returns how many blocks Evict has deleted since the tier opened.
+func (t *Tier) Evicted() uint64 { return t.evicted.Load() }
+
+func (t *Tier) signalEvict() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Evict implements Evicter. It does nothing unless Capacity is set and the
+// payload bytes held, with those of Puts in flight, are above
+// HighWatermark × Capacity; then it deletes blocks in the order they were
+// stored (the object's ModTime as listed, or the time of the Put),
+// oldest first, skipping those Retain exempts, until at most
+// LowWatermark × Capacity bytes are held. It works from the index (no
+// listing), deleting up to evictWorkers blocks at once (so it may go a
+// few blocks below low). Before deleting a block it re-checks, under the
+// block's lock, that the index entry is the one it chose and that the
+// stored object is older than the start of the eviction, so a block
+// stored again meanwhile survives. The first backend error stops it and is
+// returned with the count so far.
+func (t *Tier) Evict(ctx context.Context) (int, error) {
+	if t.closed.Load() {
+		return 0, fmt.Errorf("g4 evict: %w", tier.ErrClosed)
+	}
+	if t.opts.Capacity <= 0 || t.idx.load() <= t.high {
+		return 0, nil
+	}
+	low := int64(math.Round(t.opts.LowWatermark * float64(t.opts.Capacity)))
+	start := t.opts.Now()
+	n := 0
+	for {
+		excess := t.idx.load() - low
+		if excess <= 0 {
+			return n, nil
+		}
+		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, t.opts.Retain), low, start)
+		n += deleted
+		if err != nil {
+			return n, err
+		}
+		if deleted == 0 {
+			// Nothing evictable (all retained, or every candidate
+			// changed under us): the next sweep tries again.
+			return n, nil
+		}
+	}
+}
+
+// evictWorkers is how many blocks Evict deletes at once (object stores
+// answer one call per round trip).
+const evictWorkers = 8
+
+// evictAll evicts the candidates, oldest first, evictWorkers at a time,
+// until the load is at most low; the first error stops it.
+func (t *Tier) evictAll(ctx context.Context, cands []candidate, low int64, start time.Time) (int, error) {
+	var next, deleted atomic.Int64
+	var stop atomic.Bool
+	var errOnce sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range min(evictWorkers, len(cands)) {
+		wg.Go(func() {
+			for !stop.Load() {
+				i := next.Add(1) - 1
+				if i >= int64(len(cands)) || t.idx.load() <= low {
+					return
+				}
+				ok, err := t.evictOne(ctx, cands[i], start)
+				if err != nil {
+					errOnce.Do(func() { first = err })
+					stop.Store(true)
+					return
+				}
+				if ok {
+					deleted.Add(1)
+					t.evicted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(deleted.Load()), first
+}
+
+// evictOne deletes the block of candidate c if its index entry is still
+// the one chosen and its object is not newer than start.
+func (t *Tier) evictOne(ctx context.Context, c candidate, start time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("g4 evict: %w", err)
+	}
+	unlock := t.locks.lock(c.k)
+	defer unlock()
+	if e, ok := t.idx.entry(c.k); !ok || e.seq != c.seq {
+		return false, nil // stored again, deleted or re-listed since the scan
+	}
+	name := t.ObjectName(c.k)
+	var a ObjectAttrs
+	err := t.call(ctx, "evict", c.k, func(ctx context.Context) error {
+		var err error
+		a, err = t.store.Head(ctx, name)
+		return err
+	})
+	if errors.Is(err, tier.ErrNotFound) {
+		t.idx.removeIfSeq(c.k, c.seq)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.ModTime.After(start) {
+		// Another writer stored it since the eviction began: it is
+		// among the newest now, not to be chosen again.
+		t.idx.setMod(c.k, c.seq, a.ModTime.UnixNano())
+		return false, nil
+	}
+	if err := t.call(ctx, "evict", c.k, func(ctx context.Context) error {
+		return t.store.Delete(ctx, name)
+	}); err != nil {
+		return false, err
+	}
+	t.idx.remove(c.k)
+	return true, nil
+}
+
+// AutoCapacityFraction is the share of its filesystem's size that a local
+// G4 may fill when no size is configured (AutoCapacity).
+const AutoCapacityFraction = 0.8
+
+// AutoCapacity returns the default capacity of a local G4 in dir:
+// AutoCapacityFraction of the size of the filesystem holding dir (statfs
+// f_blocks × f_frsize, whatever is free), and that size.
+func AutoCapacity(dir string) (capacity, fsSize int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("g4: statfs %s: %w", dir, err)
+	}
+	bsize := int64(st.Frsize)
+	if bsize <= 0 {
+		bsize = int64(st.Bsize)
+	}
+	fsSize = int64(st.Blocks) * bsize
+	capacity = int64(AutoCapacityFraction * float64(fsSize))
+	if capacity <= 0 {
+		return 0, fsSize, fmt.Errorf("g4: statfs %s reports a filesystem of %d bytes", dir, fsSize)
+	}
+	return capacity, fsSize, nil
+}
