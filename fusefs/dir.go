@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -41,6 +42,7 @@ var (
 
 // Lookup resolves a child name.
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer d.fsys.observe("lookup", time.Now())
 	t := &d.fsys.t
 	t.mu.RLock()
 	c := d.n.dir.get(name)
@@ -52,11 +54,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		}
 	}
 	if c == nil {
-		// go-fuse turns ENOENT into a cached negative entry
-		// (fs.Options.NegativeTimeout).
 		if d.n.ns != nil {
+			// A KV lookup miss (lookups.go). The kernel must not cache
+			// it: every lookup of a missing name is then counted, and
+			// the kernel's lookup before creating a name always comes,
+			// so each creation's probe has its ENOENT to cancel.
 			d.fsys.lookupMiss(d.n.ns)
+			uncachedENOENT(out)
 		}
+		// At the root, go-fuse turns ENOENT into a cached negative
+		// entry (fs.Options.NegativeTimeout).
 		return nil, syscall.ENOENT
 	}
 	return d.fsys.inode(ctx, &d.Inode, c, out), 0
@@ -64,12 +71,14 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 
 // Getattr reports the directory's attributes.
 func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer d.fsys.observe("getattr", time.Now())
 	d.fsys.attrOut(d.n, out)
 	return 0
 }
 
 // Setattr changes mode, owner or times.
 func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	defer d.fsys.observe("setattr", time.Now())
 	return d.fsys.setattr(d.n, in, out)
 }
 
@@ -81,6 +90,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 
 // Fsync (fsyncdir) makes the whole tree durable in the tree database.
 func (d *dirNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	defer d.fsys.observe("fsync", time.Now())
 	if err := d.fsys.j.sync(); err != nil {
 		return syscall.EIO
 	}
@@ -200,6 +210,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 
 // Create makes and opens a regular file (open(O_CREAT) of a missing name).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	defer d.fsys.observe("create", time.Now())
 	d.fsys.createProbe(d.n.ns)
 	n, e := d.newFile(ctx, name, mode)
 	if e != 0 {
@@ -241,6 +252,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 
 // Mkdir makes a directory.
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer d.fsys.observe("mkdir", time.Now())
 	d.fsys.createProbe(d.n.ns)
 	if e := d.writable(); e != 0 {
 		return nil, e
@@ -349,6 +361,7 @@ func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
 // Unlink removes a name of a file or symlink. The file's object is deleted
 // when the kernel forgets the inode, i.e. after the last close.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer d.fsys.observe("unlink", time.Now())
 	if e := d.writable(); e != 0 {
 		return e
 	}
@@ -416,6 +429,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 // supported; renames across namespaces are EXDEV, renames of or into the
 // root EPERM.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	defer d.fsys.observe("rename", time.Now())
 	np, ok := newParent.(*dirNode)
 	if !ok {
 		return syscall.EINVAL

@@ -28,8 +28,10 @@
 // one kernel mount, so what the kernel caches can only go stale when the
 // store loses an object. The mount therefore caches aggressively:
 //
-//   - Names, attributes and failed lookups are cached for an hour by
-//     default (Options.EntryTimeout, AttrTimeout, NegativeTimeout). When
+//   - Names, attributes and failed lookups at the root are cached for an
+//     hour by default (Options.EntryTimeout, AttrTimeout,
+//     NegativeTimeout); a failed lookup inside a namespace is a KV miss,
+//     counted (Server.Lookups) and never cached. When
 //     the store loses an object (Backend.OnLost), its names are removed
 //     and the kernel is told (FUSE notify delete + inode invalidation), so
 //     the next lookup is ENOENT and readers holding it open get EIO.

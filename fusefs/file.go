@@ -142,6 +142,7 @@ func (f *fsys) relatime(n *node) {
 // already checked write permission (O_TRUNC needs it even with O_RDONLY)
 // and truncates its page cache itself.
 func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	defer fn.fsys.observe("open", time.Now())
 	if flags&syscall.O_TRUNC != 0 {
 		if e := fn.fsys.openTruncate(ctx, fn.n); e != 0 {
 			return nil, 0, e
@@ -173,6 +174,7 @@ func (f *fsys) openTruncate(ctx context.Context, n *node) syscall.Errno {
 // descriptor). The last release of a file with no name left gives its
 // space back at once (see releaseUnreachable).
 func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	defer fn.fsys.observe("release", time.Now())
 	var h *openHandle
 	switch x := fh.(type) {
 	case *openHandle:
@@ -243,6 +245,7 @@ func uncount(n *node) {
 // Read reads from the object. It is never short except at the end of the
 // file.
 func (fn *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	defer fn.fsys.observe("read", time.Now())
 	f, n := fn.fsys, fn.n
 	f.pt.reads.Add(1)
 	f.ptSawIO(fh)
@@ -265,6 +268,7 @@ func (fn *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off
 // Write writes to the object after reserving quota for any growth
 // (EDQUOT when the namespace quota would be passed).
 func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	defer fn.fsys.observe("write", time.Now())
 	f, n := fn.fsys, fn.n
 	f.pt.writes.Add(1)
 	f.ptSawIO(fh)
@@ -428,6 +432,7 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 // report (with WritebackCache the kernel writes dirty pages back before
 // it checks for FLUSH support and reports their errors itself).
 func (fn *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	defer fn.fsys.observe("flush", time.Now())
 	return syscall.ENOSYS
 }
 
@@ -435,6 +440,7 @@ func (fn *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 // (Backend.Flush) and then commits and fdatasyncs the tree database, so the
 // file survives kill -9 and power loss under its current name.
 func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	defer fn.fsys.observe("fsync", time.Now())
 	f := fn.fsys
 	fctx, release := f.interruptible(ctx)
 	err := f.be.Flush(fctx, fn.n.obj)
@@ -482,12 +488,14 @@ func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, 
 
 // Getattr reports the file's attributes.
 func (fn *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer fn.fsys.observe("getattr", time.Now())
 	fn.fsys.attrOut(fn.n, out)
 	return 0
 }
 
 // Setattr truncates and changes mode, owner and times.
 func (fn *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	defer fn.fsys.observe("setattr", time.Now())
 	return fn.fsys.setattr(fn.n, in, out)
 }
 

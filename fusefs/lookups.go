@@ -3,6 +3,7 @@ package fusefs
 import (
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/hitratio"
 )
@@ -95,4 +96,12 @@ func (f *fsys) countOpen(n *node, flags uint32) {
 	}
 	n.ns.lk.hit(tier)
 	f.lk.hit(tier)
+}
+
+// observe reports a request of op that started at t0 to
+// Options.ObserveLatency, if set.
+func (f *fsys) observe(op string, t0 time.Time) {
+	if o := f.opts.ObserveLatency; o != nil {
+		o(op, time.Since(t0))
+	}
 }

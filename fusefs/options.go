@@ -126,6 +126,9 @@ type Options struct {
 	// EntryTimeout, AttrTimeout and NegativeTimeout are how long the
 	// kernel caches names, attributes and failed lookups. 0 means
 	// DefaultTimeout; a negative value disables that cache.
+	// NegativeTimeout applies at the mount root only: a failed lookup
+	// inside a namespace is a KV miss, counted each time (lookups.go),
+	// and never cached.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 	// StatfsCapacity is f_blocks × f_bsize that statfs reports for a
 	// namespace without a quota (and for the mount root), in bytes. 0
@@ -168,11 +171,18 @@ type Options struct {
 	CommitInterval time.Duration
 	// Debug logs every FUSE request (go-fuse debug output).
 	Debug bool
+	// ObserveLatency, when set, is called once per FUSE request the
+	// daemon answers, with its op ("lookup", "open", "create", "read",
+	// "write", "flush", "fsync", "release", "getattr", "setattr",
+	// "unlink", "rename", "mkdir") and the time the daemon spent on it.
+	// It must be safe for concurrent use and fast (it runs on the request
+	// path). Passthrough reads and writes never reach the daemon.
+	ObserveLatency func(op string, d time.Duration)
 	// Remote, when set, resolves names a namespace does not hold locally:
 	// a lookup of a missing name inside a namespace asks it and links
 	// what it shares as a local directory or file (see Remote). Failed
-	// lookups inside namespaces are then never cached by the kernel
-	// (NegativeTimeout applies to the mount root only). nil: off.
+	// lookups inside namespaces are never cached by the kernel in any
+	// case (see NegativeTimeout). nil: off.
 	Remote Remote
 
 	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for

@@ -13,6 +13,11 @@
 //	hit_ratio{kind="served_from_g2"|"found_in_any_tier"}                 gauges (0–1, since start; package hitratio)
 //	lookup_hits_total{namespace,tier}, lookup_misses_total{namespace}    counters
 //	namespace_objects{namespace}, namespace_bytes{namespace}, namespace_quota_bytes{namespace} gauges
+//	nbd_connections_total, nbd_requests_total, nbd_request_errors_total, nbd_bytes_total{direction} counters; nbd_active_connections gauge
+//	control_connected, control_queued_bytes, control_scheduler_leader gauges
+//	control_messages_total{kind}, control_commands_total{result}, control_dropped_total{kind} counters
+//	g4_removed_blocks_total{reason="size"|"expired"}                     counters
+//	fuse_request_duration_seconds{op}, nbd_request_duration_seconds{op} histograms (Latencies)
 //	dirty_bytes, dirty_limit_bytes                                       gauges
 //	writer_waits_total, promotions_total                                 counters
 //	evictions_total{tier}, demotions_total{tier}, dropped_blocks_total{reason} counters
@@ -43,6 +48,30 @@ type Snapshot struct {
 	Lookups hitratio.Counts
 	// Namespaces are the served namespaces, with their lookups.
 	Namespaces []Namespace
+	// NBD is the block-device front end's counters; nil without NBD.
+	NBD *NBD
+	// Control is the control plane's counters; nil without one.
+	Control *Control
+	// G4Evicted and G4Expired count blocks G4 deleted for its size bound
+	// (g4_size) and for age (g4_ttl).
+	G4Evicted, G4Expired int64
+}
+
+// NBD is the NBD server's counters in a Snapshot (nbd.Stats).
+type NBD struct {
+	Connections, ActiveConnections, Requests, Errors, BytesRead, BytesWritten int64
+}
+
+// Control is the control plane's counters in a Snapshot (the sidecar
+// agent's sidecar.Stats, and whether this daemon's scheduler replica
+// leads).
+type Control struct {
+	Connected                                          bool
+	Published, Applied, Duplicates, Failed, Malformed  int64
+	DroppedMessages, DroppedEvents, Queued, QueuedByte int64
+	// SchedulerLeader is 1 when this daemon's replica leads, 0 when it
+	// follows, -1 when the daemon runs none.
+	SchedulerLeader int
 }
 
 // Namespace is one namespace's figures in a Snapshot.
@@ -85,6 +114,9 @@ type descs struct {
 	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
 	g3PutBytes, g3CompactedBytes, lookupMisses, lookupHits    *prometheus.Desc
 	nsObjects, nsBytes, nsQuota                               *prometheus.Desc
+	nbdConns, nbdActive, nbdReqs, nbdErrs, nbdBytes           *prometheus.Desc
+	ctlConnected, ctlMsgs, ctlCmds, ctlDropped, ctlQueued     *prometheus.Desc
+	ctlLeader, g4Removed                                      *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -140,9 +172,21 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 			"the kernel's own lookups before creating a name excluded.", "namespace"),
 		lookupHits: newDesc("lookup_hits_total", "KV lookup hits: opens for reading of existing files, by the slowest tier the file "+
 			"was served from.", "namespace", "tier"),
-		nsObjects: newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
-		nsBytes:   newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
-		nsQuota:   newDesc("namespace_quota_bytes", "The namespace's quota in bytes (absent without one).", "namespace"),
+		nbdConns:     newDesc("nbd_connections_total", "NBD connections accepted."),
+		nbdActive:    newDesc("nbd_active_connections", "NBD connections open now."),
+		nbdReqs:      newDesc("nbd_requests_total", "NBD transmission requests answered."),
+		nbdErrs:      newDesc("nbd_request_errors_total", "NBD transmission requests answered with an error."),
+		nbdBytes:     newDesc("nbd_bytes_total", "NBD payload bytes, by direction (read: sent to clients; write: stored).", "direction"),
+		ctlConnected: newDesc("control_connected", "1 while the sidecar is connected to the control bus (NATS), else 0."),
+		ctlMsgs:      newDesc("control_messages_total", "Control-plane messages by kind: published (reports and events sent), malformed (received and refused).", "kind"),
+		ctlCmds:      newDesc("control_commands_total", "Scheduler commands received by this host, by result: applied, duplicate, failed.", "result"),
+		ctlDropped:   newDesc("control_dropped_total", "Telemetry dropped while the bus was away or slow, by kind: messages, events.", "kind"),
+		ctlQueued:    newDesc("control_queued_bytes", "Telemetry bytes queued for the bus."),
+		ctlLeader:    newDesc("control_scheduler_leader", "1 while this daemon's scheduler replica leads the cluster, 0 while it follows (absent without a replica)."),
+		g4Removed:    newDesc("g4_removed_blocks_total", "Blocks G4 deleted itself, by reason: size (oldest first, above g4_high of g4_size), expired (older than g4_ttl).", "reason"),
+		nsObjects:    newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
+		nsBytes:      newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
+		nsQuota:      newDesc("namespace_quota_bytes", "The namespace's quota in bytes (absent without one).", "namespace"),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -156,7 +200,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
-		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota} {
+		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
+		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
+		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed} {
 		ch <- x
 	}
 }
@@ -191,6 +237,30 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.nsBytes, float64(n.Bytes), n.Name)
 		if n.QuotaBytes > 0 {
 			gauge(d.nsQuota, float64(n.QuotaBytes), n.Name)
+		}
+	}
+	counter(d.g4Removed, s.G4Evicted, "size")
+	counter(d.g4Removed, s.G4Expired, "expired")
+	if n := s.NBD; n != nil {
+		counter(d.nbdConns, n.Connections)
+		gauge(d.nbdActive, float64(n.ActiveConnections))
+		counter(d.nbdReqs, n.Requests)
+		counter(d.nbdErrs, n.Errors)
+		counter(d.nbdBytes, n.BytesRead, "read")
+		counter(d.nbdBytes, n.BytesWritten, "write")
+	}
+	if c := s.Control; c != nil {
+		gauge(d.ctlConnected, b2f(c.Connected))
+		counter(d.ctlMsgs, c.Published, "published")
+		counter(d.ctlMsgs, c.Malformed, "malformed")
+		counter(d.ctlCmds, c.Applied, "applied")
+		counter(d.ctlCmds, c.Duplicates, "duplicate")
+		counter(d.ctlCmds, c.Failed, "failed")
+		counter(d.ctlDropped, c.DroppedMessages, "messages")
+		counter(d.ctlDropped, c.DroppedEvents, "events")
+		gauge(d.ctlQueued, float64(c.QueuedByte))
+		if c.SchedulerLeader >= 0 {
+			gauge(d.ctlLeader, float64(c.SchedulerLeader))
 		}
 	}
 	gauge(d.hitRatio, s.Lookups.ServedFromG2(), "served_from_g2")

@@ -13,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// NewRegistry returns a fresh registry holding a Collector over snap plus
-// the Go runtime and process collectors.
-func NewRegistry(snap SnapshotFunc, version string) *prometheus.Registry {
+// NewRegistry returns a fresh registry holding a Collector over snap, the
+// Go runtime and process collectors, and extra (e.g. a *Latencies).
+func NewRegistry(snap SnapshotFunc, version string, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(snap, version),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
 	return reg
 }
 
@@ -32,19 +33,19 @@ func Handler(reg *prometheus.Registry) http.Handler {
 // and serves /metrics from a NewRegistry(snap, version) until ctx ends. It
 // returns nil after ctx ends and the server has shut down, or the listen
 // or serve error.
-func Serve(ctx context.Context, addr string, snap SnapshotFunc, version string) error {
+func Serve(ctx context.Context, addr string, snap SnapshotFunc, version string, extra ...prometheus.Collector) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	return ServeListener(ctx, ln, snap, version)
+	return ServeListener(ctx, ln, snap, version, extra...)
 }
 
 // ServeListener is Serve on an existing listener (which it closes).
-func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, version string) error {
+func ServeListener(ctx context.Context, ln net.Listener, snap SnapshotFunc, version string, extra ...prometheus.Collector) error {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", Handler(NewRegistry(snap, version)))
+	mux.Handle("GET /metrics", Handler(NewRegistry(snap, version, extra...)))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ctxmemd metrics: see /metrics, /healthz, /readyz")
 	})

@@ -3,7 +3,9 @@ package nbd
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pojntfx/go-nbd/pkg/protocol"
 
@@ -36,6 +38,27 @@ func (s *Server) putOp(r *op) {
 	s.ops.Put(r)
 }
 
+// OpName names an NBD command type for metrics: "read", "write",
+// "flush", "trim", "write_zeroes", "block_status" (proto.md
+// "Request types"), or "other".
+func OpName(typ uint16) string {
+	switch typ {
+	case cmdRead:
+		return "read"
+	case cmdWrite:
+		return "write"
+	case cmdFlush:
+		return "flush"
+	case cmdTrim:
+		return "trim"
+	case cmdWriteZeroes:
+		return "write_zeroes"
+	case cmdBlockStatus:
+		return "block_status"
+	}
+	return "other"
+}
+
 // allowedFlags returns the command flags valid for a request type.
 func (c *conn) allowedFlags(typ uint16) uint16 {
 	switch typ {
@@ -56,7 +79,11 @@ func (c *conn) allowedFlags(typ uint16) uint16 {
 
 // handle runs r against the backend and encodes its reply into r.
 func (c *conn) handle(r *op) {
+	t0 := time.Now()
 	errno, msg := c.exec(r)
+	if o := c.srv.opts.ObserveLatency; o != nil {
+		o(OpName(r.req.Type), time.Since(t0))
+	}
 	st := &c.srv.st
 	st.requests.Add(1)
 	if errno != 0 {
@@ -289,19 +316,8 @@ func (c *conn) blockStatus(r *op) (uint32, string) {
 }
 
 func commandName(t uint16) string {
-	switch t {
-	case cmdRead:
-		return "read"
-	case cmdWrite:
-		return "write"
-	case cmdFlush:
-		return "flush"
-	case cmdTrim:
-		return "trim"
-	case cmdWriteZeroes:
-		return "write-zeroes"
-	case cmdBlockStatus:
-		return "block-status"
+	if n := OpName(t); n != "other" {
+		return strings.ReplaceAll(n, "_", "-")
 	}
 	return fmt.Sprintf("command %d", t)
 }

@@ -35,6 +35,11 @@ type Options struct {
 	// HandshakeTimeout bounds the option haggling of one connection
 	// (default 30 s).
 	HandshakeTimeout time.Duration
+	// ObserveLatency, when set, is called once per transmission request
+	// answered, with its op (OpName) and the time its execution took
+	// (from the request read to the reply encoded). It must be safe for
+	// concurrent use and fast.
+	ObserveLatency func(op string, d time.Duration)
 	// ShutdownGrace is how long requests in flight may run after Serve's
 	// context ends before their contexts are cancelled and connections
 	// closed (default 10 s).

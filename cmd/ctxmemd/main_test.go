@@ -270,10 +270,12 @@ func TestSim(t *testing.T) {
 	}
 }
 
-// TestMetricsPortBusy: a metrics address already in use fails the start
-// with exit 2 before anything is mounted (issue 16 item 3), instead of
-// killing the daemon after it announced "serving".
-func TestMetricsPortBusy(t *testing.T) {
+// runOnBusyPort starts `ctxmemd run` with a minimal configuration and the
+// extra flags args(addr), where addr is a TCP address some other socket
+// holds, and returns the exit code and stderr; it fails t if the daemon
+// said it mounted.
+func runOnBusyPort(t *testing.T, args func(addr string) []string) (int, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -284,13 +286,32 @@ func TestMetricsPortBusy(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mnt := filepath.Join(dir, "mnt")
-	code, _, errs := ctxmemd(t, "run", "--config", cfg, "--mount", mnt, "--data-dir", filepath.Join(dir, "data"),
-		"--dram", "64MiB", "--g3-size", "0", "--g4", "none", "--nats", "none", "--metrics", ln.Addr().String())
+	code, _, errs := ctxmemd(t, append([]string{"run", "--config", cfg, "--mount", filepath.Join(dir, "mnt"),
+		"--data-dir", filepath.Join(dir, "data"), "--dram", "64MiB", "--g3-size", "0", "--g4", "none", "--nats", "none"},
+		args(ln.Addr().String())...)...)
+	if strings.Contains(errs, "mounted") {
+		t.Fatalf("mounted before failing: %q", errs)
+	}
+	return code, errs
+}
+
+// TestMetricsPortBusy: a busy metrics address stops the start with exit
+// 2 before anything is mounted (issue 16 item 3).
+func TestMetricsPortBusy(t *testing.T) {
+	code, errs := runOnBusyPort(t, func(addr string) []string { return []string{"--metrics", addr} })
 	if code != exitUsage || !strings.Contains(errs, "metrics") || !strings.Contains(errs, "address already in use") {
 		t.Fatalf("exit %d (want %d), stderr %q", code, exitUsage, errs)
 	}
-	if strings.Contains(errs, "mounted") {
-		t.Fatalf("mounted before failing: %q", errs)
+}
+
+// TestNBDPortBusy: a busy NBD address stops the start with exit 2 before
+// anything is mounted, as a busy metrics port does (issue 16 item 3).
+func TestNBDPortBusy(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ok.sock")
+	code, errs := runOnBusyPort(t, func(addr string) []string {
+		return []string{"--metrics=", "--nbd", "unix://" + sock + ",tcp://" + addr}
+	})
+	if code != exitUsage || !strings.Contains(errs, "nbd: listen") || !strings.Contains(errs, "address already in use") {
+		t.Fatalf("exit %d (want %d), stderr %q", code, exitUsage, errs)
 	}
 }

@@ -49,9 +49,12 @@ type daemon struct {
 	g4      *g4.Tier
 	store   *tiering.Store
 	fuse    *fusefs.Server
-	link    *fabric.LinkWatcher
-	ctl     *control
-	pool    *poolState
+	nbd     *nbd.Server // nil without --nbd
+	// lat holds the request latency histograms the front ends feed.
+	lat  *metrics.Latencies
+	link *fabric.LinkWatcher
+	ctl  *control
+	pool *poolState
 	// agentRef is the sidecar once it runs (hooks created before it,
 	// such as the pool tier's and the mount's, reach it through this).
 	agentRef atomic.Pointer[sidecar.Agent]
@@ -191,6 +194,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 
 // open builds the tiers, the core and the front ends, in that order.
 func (d *daemon) open(ctx context.Context) error {
+	d.lat = metrics.NewLatencies()
 	cfg := d.cfg
 	var storeRef atomic.Pointer[tiering.Store]
 	var t3, t4, t35 tier.Tier
@@ -267,7 +271,16 @@ func (d *daemon) open(ctx context.Context) error {
 	d.store = st
 	storeRef.Store(st)
 
+	// NBD listeners are bound before the mount, like the metrics and
+	// admin listeners: a busy or bad address fails the start with
+	// nothing mounted.
+	if cfg.NBD != "" {
+		if err := d.startNBD(ctx, st); err != nil {
+			return err
+		}
+	}
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
+		ObserveLatency:    d.lat.ObserveFUSE,
 		Namespaces:        fuseNamespaces(cfg),
 		TreePath:          filepath.Join(cfg.DataDir, "tree.db"),
 		Remote:            d.remote(),
@@ -281,11 +294,6 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	d.fuse = fs
 
-	if cfg.NBD != "" {
-		if err := d.startNBD(ctx, st); err != nil {
-			return err
-		}
-	}
 	if link := d.poolLink(ctx); link != "" {
 		w, err := fabric.WatchLink(link, fabric.OnChange(func(s fabric.LinkState) {
 			d.log.Warn("link state changed", "link", s.Name, "up", s.Up, "oper_state", s.OperState)
@@ -311,7 +319,7 @@ func (d *daemon) open(ctx context.Context) error {
 	})
 	if cfg.Metrics != "" {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
-			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot { return d.metricsSnapshot(ctx) }, version)
+			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot { return d.metricsSnapshot(ctx) }, version, d.lat)
 		})
 	}
 	if addr := os.Getenv("CTXMEM_PPROF"); addr != "" {
@@ -349,11 +357,10 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 			exports = append(exports, nbd.Export{Name: e.Name, Size: e.Size, BlockSize: e.BlockSize, ReadOnly: e.ReadOnly})
 		}
 	}
-	srv, err := nbd.NewServer(st, exports,
-		nbd.Options{StateDir: d.cfg.DataDir, Logger: d.log.With("component", "nbd")})
-	if err != nil {
-		return fmt.Errorf("nbd: %w", err)
-	}
+	// Every listener first, so that a busy second address leaves no
+	// half-served NBD behind.
+	var lns []net.Listener
+	var urls []string
 	for _, u := range strings.Split(d.cfg.NBD, ",") {
 		u = strings.TrimSpace(u)
 		if u == "" {
@@ -361,10 +368,25 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 		}
 		ln, err := nbd.Listen(u)
 		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
 			return withCode(exitUsage, fmt.Errorf("nbd: listen %s: %w (change --nbd / nbd:)", u, err))
 		}
-		d.log.Info("nbd serving", "listen", u, "exports", len(exports))
-		d.goroutine(ctx, "nbd "+u, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+		lns, urls = append(lns, ln), append(urls, u)
+	}
+	srv, err := nbd.NewServer(st, exports,
+		nbd.Options{StateDir: d.cfg.DataDir, Logger: d.log.With("component", "nbd"), ObserveLatency: d.lat.ObserveNBD})
+	if err != nil {
+		for _, l := range lns {
+			l.Close()
+		}
+		return fmt.Errorf("nbd: %w", err)
+	}
+	d.nbd = srv
+	for i, ln := range lns {
+		d.log.Info("nbd serving", "listen", urls[i], "exports", len(exports))
+		d.goroutine(ctx, "nbd "+urls[i], func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	}
 	return nil
 }
@@ -558,6 +580,28 @@ func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
 	for _, n := range st.Namespaces {
 		snap.Namespaces = append(snap.Namespaces, metrics.Namespace{Name: n.Name, Objects: n.Objects, Bytes: n.Bytes,
 			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups})
+	}
+	if d.g4 != nil {
+		g := d.g4.Stats()
+		snap.G4Evicted, snap.G4Expired = int64(g.Evicted), int64(g.Expired)
+	}
+	if d.nbd != nil {
+		n := d.nbd.Stats()
+		snap.NBD = &metrics.NBD{Connections: n.Connections, ActiveConnections: n.ActiveConnections, Requests: n.Requests,
+			Errors: n.Errors, BytesRead: n.BytesRead, BytesWritten: n.BytesWritten}
+	}
+	if c := d.ctl; c != nil && c.agent != nil {
+		a := c.agent.Stats()
+		cs := &metrics.Control{Connected: c.nc.IsConnected(), Published: a.Published, Applied: a.Applied,
+			Duplicates: a.Duplicates, Failed: a.Failed, Malformed: a.Malformed, DroppedMessages: a.DroppedMessages,
+			DroppedEvents: a.DroppedEvents, Queued: int64(a.Queued), QueuedByte: int64(a.QueuedBytes), SchedulerLeader: -1}
+		if c.sched != nil {
+			cs.SchedulerLeader = 0
+			if c.sched.IsLeader() {
+				cs.SchedulerLeader = 1
+			}
+		}
+		snap.Control = cs
 	}
 	return snap
 }
