@@ -3,7 +3,11 @@
 //	ctxmemd run      mount the context-memory file system and serve (flags: see config)
 //	ctxmemd status   show a running daemon's tiers and counters (admin socket)
 //	ctxmemd replay   replay a request trace against a mount, verifying every byte
-//	ctxmemd sim      simulate cache policies on a trace (no mount needed)
+//	ctxmemd sim      simulate cache sizes and policies on a trace (no mount needed; table, JSON or CSV)
+//	ctxmemd top      live rates per tier of a running daemon
+//	ctxmemd bench    the KV-cache and fio jobs on any directory, beside a reference
+//	ctxmemd ls|du    where files are, by tier
+//	ctxmemd evict|sink|warmup|pin|unpin  move files between tiers by hand
 //	ctxmemd nbd attach  attach an NBD export to a kernel /dev/nbdN
 //	ctxmemd version  print the version
 //
@@ -116,6 +120,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		prestageCommand(),
 		poolCommand(),
 		benchCommand(),
+		topCommand(),
 		versionCommand(),
 		manCommand(),
 	}
