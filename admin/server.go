@@ -96,7 +96,7 @@ func Listen(ctx context.Context, path string) (net.Listener, error) {
 		d := net.Dialer{Timeout: time.Second}
 		if c, err := d.DialContext(ctx, "unix", path); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: %s (another ctxmemd is running with this data directory; stop it or use another --admin)", ErrInUse, path)
+			return nil, fmt.Errorf("%w: %s (another ctxmemd is running with this data directory: stop it, or give this one its own --data-dir, --mount and --metrics)", ErrInUse, path)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("admin: remove stale socket: %w", err)

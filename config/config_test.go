@@ -208,6 +208,8 @@ func TestValidationErrors(t *testing.T) {
 		{name: "block too small", flags: map[string]string{"block-size": "2KiB"}, want: []string{"block_size"}},
 		{name: "block too big", flags: map[string]string{"block-size": "8MiB"}, want: []string{"block_size"}},
 		{name: "unknown yaml key", yaml: "dram: 1GiB\ndramm: 2GiB\n", want: []string{`unknown key "dramm"`, "line 2", `did you mean "dram"`}},
+		{name: "key after {}", yaml: "# c\n{}\ndram: banana\n", want: []string{"content after the first document"}},
+		{name: "two documents", yaml: "dram: 1GiB\n---\nlog_level: debug\n", want: []string{"a second YAML document", "line 2"}},
 		{name: "unknown ns key", yaml: "namespaces:\n  - name: a\n    modle_id: x\n", want: []string{`unknown key "modle_id"`, `"model_id"`}},
 		{name: "list as scalar", yaml: "dram: [1, 2]\n", want: []string{"dram", "single value"}},
 		{name: "thresholds", flags: map[string]string{"cold-threshold": "70"}, want: []string{"cold_threshold", "below warm_threshold"}},

@@ -138,8 +138,15 @@ func (c Config) Validate() error {
 		if c.G3SegmentSize < maxBlock {
 			bad("g3_segment_size", "%s is smaller than the largest block size %s", FormatSize(c.G3SegmentSize), FormatSize(maxBlock))
 		}
-		if c.G3Size < c.G3SegmentSize {
-			bad("g3_size", "%s is smaller than one segment (%s); use 0 to disable G3", FormatSize(c.G3Size), FormatSize(c.G3SegmentSize))
+		// G3 rolls over between segments: it needs two below its high
+		// watermark and one below its low (tiering/g3 Options.segLimits).
+		seg := float64(c.G3SegmentSize)
+		if c.G3SegmentSize > 0 && c.G3High > 0 && c.G3Low > 0 &&
+			(int(c.G3High*float64(c.G3Size)/seg) < 2 || int(c.G3Low*float64(c.G3Size)/seg) < 1) {
+			need := int64(max(2*seg/c.G3High, seg/c.G3Low))
+			need = (need + 1<<20 - 1) / (1 << 20) * (1 << 20)
+			bad("g3_size", "%s holds fewer than two %s segments below g3_high %g (and one below g3_low %g); want at least %s, or 0 to disable G3",
+				FormatSize(c.G3Size), FormatSize(c.G3SegmentSize), c.G3High, c.G3Low, FormatSize(need))
 		}
 	}
 	if c.G4 == "" {

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -20,9 +22,21 @@ func namespaceKeys() []string {
 // scalars plus the YAML-only namespaces list. Unknown keys are errors
 // naming the key and its line.
 func applyYAML(c *Config, file string, data []byte) error {
+	// One document only: yaml.Unmarshal stops after the first and would
+	// ignore keys written after it (e.g. below a "{}" line) in silence.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil // empty, or comments only
+	} else if err != nil {
 		return fmt.Errorf("config: %s: %w", file, err)
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = fmt.Errorf("line %d: a second YAML document; put every key in one mapping", more.Line)
+		}
+		return fmt.Errorf("config: %s: content after the first document: %w", file, err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil // empty file

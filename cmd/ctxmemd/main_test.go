@@ -49,6 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bogus"}, exitUsage, "unknown command"},
 		{[]string{"run", "--dram", "4XB"}, exitUsage, `"4XB"`},
 		{[]string{"run", "--g4-size", "lots"}, exitUsage, "g4_size"},
+		{[]string{"run", "--g3-size", "64MiB"}, exitUsage, "g3_size: 64MiB holds fewer than two 32MiB segments"},
 		{[]string{"run", "--g4-high", "0.8", "--g4-low", "0.9"}, exitUsage, "g4_low"},
 		{[]string{"run", "--no-such-flag"}, exitUsage, "no-such-flag"},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, exitUsage, "missing.yaml"},

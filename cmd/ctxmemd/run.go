@@ -116,6 +116,9 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		if d.metricsLn != nil {
 			d.metricsLn.Close()
 		}
+		if errors.Is(err, admin.ErrInUse) {
+			return withCode(exitUsage, err) // the message says what to do
+		}
 		return withCode(exitUsage, fmt.Errorf("%w (change --admin / admin:)", err))
 	}
 	d.adminLn = ln

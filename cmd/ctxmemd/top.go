@@ -147,8 +147,14 @@ func writeTop(w io.Writer, st admin.Status, r topRates) error {
 	for _, v := range r.LookupHits {
 		hits += v
 	}
-	fmt.Fprintf(tw, "lookups/s\t%.1f hits (%s), %.1f misses; %s %.1f%%, %s %.1f%%\n", hits, perSecond(r.LookupHits),
-		r.Misses, hitratio.LabelG2, 100*r.G2Ratio, hitratio.LabelAny, 100*r.AnyRatio)
+	pct := func(v float64) string {
+		if hits+r.Misses == 0 {
+			return "-" // no lookup in the interval
+		}
+		return fmt.Sprintf("%.1f%%", 100*v)
+	}
+	fmt.Fprintf(tw, "lookups/s\t%.1f hits (%s), %.1f misses; %s %s, %s %s\n", hits, perSecond(r.LookupHits),
+		r.Misses, hitratio.LabelG2, pct(r.G2Ratio), hitratio.LabelAny, pct(r.AnyRatio))
 	fmt.Fprintf(tw, "dirty\t%s\n\n", config.HumanSize(r.DirtyBytes))
 	fmt.Fprintln(tw, "TIER\tUSED\tCAPACITY\tBLOCKS\tBLOCK READS/s\tDEMOTED IN/s\tEVICTED/s")
 	for _, t := range r.Tiers {

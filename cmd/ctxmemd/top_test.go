@@ -43,7 +43,9 @@ func TestTop(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: &growingProvider{}, Version: "v9"}) }()
+	go func() {
+		errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: &growingProvider{}, Version: "v9"})
+	}()
 	defer func() { cancel(); <-errc }()
 	for i := 0; ; i++ {
 		if c, err := net.Dial("unix", sock); err == nil {
