@@ -2,21 +2,20 @@ package fabric
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestLinkWatchInNamespace creates a network namespace with a veth pair,
 // watches one end and sets it down and up: the watcher must report each.
 func TestLinkWatchInNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t, "to create a network namespace")
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -25,7 +24,7 @@ func TestLinkWatchInNamespace(t *testing.T) {
 	ns, err := netns.New() // switches this thread into the new namespace
 	if err != nil {
 		runtime.UnlockOSThread()
-		t.Skipf("cannot create a network namespace: %v", err)
+		testenv.Skip(t, "cannot create a network namespace: %v", err)
 	}
 	if err := netns.Set(orig); err != nil {
 		t.Fatal(err)

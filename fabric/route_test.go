@@ -12,6 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // needNetns skips the test when network namespaces cannot be made here
@@ -19,10 +21,7 @@ import (
 // CTXMEM_REQUIRE_TOOLS=1, as `make test` sets.
 func needNetns(t *testing.T, why string) {
 	t.Helper()
-	if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	testenv.Skip(t, "%s", why)
 }
 
 // newNamespaces creates n network namespaces and returns their handles;

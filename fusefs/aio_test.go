@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // iocb and ioEvent mirror struct iocb and struct io_event of
@@ -70,7 +72,7 @@ func TestLinuxAIODirect(t *testing.T) {
 	m := mount(t, nil, Options{})
 	var ctx uintptr
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 64, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
-		t.Skipf("io_setup: %v", e)
+		testenv.Skip(t, "io_setup: %v", e)
 	}
 	defer unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
 	const n, size = 8, 4 << 20

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // alignedBuf returns n bytes aligned to 4 KiB (for O_DIRECT).
@@ -471,7 +473,7 @@ func TestReadAhead(t *testing.T) {
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
 	if err != nil {
-		t.Skipf("no bdi in sysfs: %v", err)
+		testenv.Skip(t, "no bdi in sysfs: %v", err)
 	}
 	if strings.TrimSpace(string(b)) != "2048" {
 		t.Fatalf("read_ahead_kb %q, want 2048", b)

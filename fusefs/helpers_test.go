@@ -11,22 +11,15 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // requireFUSE skips t unless real FUSE mounts are possible; with
 // CTXMEM_REQUIRE_TOOLS=1 (as `make test` sets) it fails instead.
 func requireFUSE(t testing.TB) {
 	t.Helper()
-	skip := t.Skip
-	if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-		skip = t.Fatal
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		skip("no /dev/fuse")
-	}
-	if os.Geteuid() != 0 {
-		skip("needs root")
-	}
+	testenv.RequireFUSE(t)
 }
 
 type testMount struct {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // testLogger is quiet unless NBD_TEST_LOG=1.
@@ -124,20 +126,12 @@ func serve(t testing.TB, be Backend, stateDir string, exports []Export, opts Opt
 // missing (fails instead when CTXMEM_REQUIRE_TOOLS=1, as `make test` sets).
 func needTool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		missingTool(t, name)
-	}
-	return p
+	return testenv.RequireTool(t, name, "Debian: libnbd-bin python3-libnbd qemu-utils fio nbdkit")
 }
 
 func missingTool(t testing.TB, name string) {
 	t.Helper()
-	msg := name + " not installed (Debian: libnbd-bin python3-libnbd qemu-utils fio nbdkit)"
-	if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testenv.Skip(t, "%s not installed (Debian: libnbd-bin python3-libnbd qemu-utils fio nbdkit)", name)
 }
 
 // pythonNBD returns a python3 interpreter that can import libnbd's

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 const bb = 4096
@@ -85,7 +87,7 @@ func TestTierXattrCounted(t *testing.T) {
 	set := map[int64]string{1: "G3*2 G4", 2: "G2", 3: "G3.5*1"}
 	for id, v := range set {
 		if err := unix.Setxattr(filepath.Join(dir, LayoutFlat.RelPath(id)), TierXattr, []byte(v), 0); err != nil {
-			t.Skipf("user xattrs not supported here: %v", err)
+			testenv.Skip(t, "user xattrs not supported here: %v", err)
 		}
 	}
 	res, err := Run(context.Background(), append(reqs, Request{HashIDs: []int64{1}}), Options{Mount: dir, BlockBytes: bb})

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tests/harness"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestE2EMetricsServed scrapes a running daemon's /metrics after file and
@@ -21,12 +23,7 @@ import (
 // reports itself connected.
 func TestE2EMetricsServed(t *testing.T) {
 	bin := needE2E(t)
-	if _, err := exec.LookPath("nbdcopy"); err != nil {
-		if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-			t.Fatal("nbdcopy not installed")
-		}
-		t.Skip("nbdcopy not installed")
-	}
+	testenv.RequireTool(t, "nbdcopy", "Debian: libnbd-bin")
 	sock := filepath.Join(t.TempDir(), "nbd.sock")
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "http://" + addr + "/metrics"

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tests/harness"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestE2ENBDFromConfig serves the NBD exports declared in the YAML config
@@ -20,12 +22,7 @@ import (
 func TestE2ENBDFromConfig(t *testing.T) {
 	bin := needE2E(t)
 	for _, tool := range []string{"nbdinfo", "nbdcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-				t.Fatalf("%s not installed", tool)
-			}
-			t.Skipf("%s not installed", tool)
-		}
+		testenv.RequireTool(t, tool, "Debian: libnbd-bin")
 	}
 	sock := filepath.Join(t.TempDir(), "nbd.sock")
 	d := harness.Start(t, bin, harness.Options{DRAM: "64MiB", G3Size: "512MiB", Extra: []string{"--nbd", "unix://" + sock}})

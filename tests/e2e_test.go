@@ -38,6 +38,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tests/workloads"
 	"github.com/ctxmem/ctxmemd/traces"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // e2eEnv gates the whole file.
@@ -225,7 +227,7 @@ do_verify=1
 func TestE2EFio(t *testing.T) {
 	bin := needE2E(t)
 	if _, err := exec.LookPath("fio"); err != nil {
-		t.Skip("fio not installed (apt-get install fio)")
+		testenv.Skip(t, "fio not installed (apt-get install fio)")
 	}
 	d := harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "1GiB"})
 	for _, job := range []struct{ name, opts string }{

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/config"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // nfpmModule is the nfpm the Makefile's deb and rpm targets install.
@@ -44,14 +46,7 @@ func TestPkgVersion(t *testing.T) {
 // fails under CTXMEM_REQUIRE_TOOLS=1 and skips otherwise when missing.
 func needTool(t *testing.T, name, hint string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("%s not installed (%s)", name, hint)
-		}
-		t.Skipf("%s not installed (%s)", name, hint)
-	}
-	return p
+	return testenv.RequireTool(t, name, hint)
 }
 
 // sh runs a command with a deadline and returns its combined output and

@@ -17,6 +17,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // These tests run the core on the real G3 and G4 tiers and break the
@@ -163,14 +165,14 @@ func TestFlippedByteInSegmentIsAMiss(t *testing.T) {
 // write-back goes to G4, and blocks already in G3 keep reading.
 func TestG3FullFallsThroughToG4(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
+		testenv.Skip(t, "needs root to mount a tmpfs")
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	g3dir := filepath.Join(dir, "g3")
 	os.MkdirAll(g3dir, 0o700)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", g3dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
+		testenv.Skip(t, "mount tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", g3dir).Run() })
 	st := openStack(t, dir, g3dir, 0, true) // no capacity limit: the filesystem is the limit
@@ -211,14 +213,14 @@ func TestG3FullFallsThroughToG4(t *testing.T) {
 // remain read back exactly.
 func TestG3FullNoG4DropsWithReason(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
+		testenv.Skip(t, "needs root to mount a tmpfs")
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	g3dir := filepath.Join(dir, "g3")
 	os.MkdirAll(g3dir, 0o700)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", g3dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
+		testenv.Skip(t, "mount tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", g3dir).Run() })
 	st := openStack(t, dir, g3dir, 0, false)

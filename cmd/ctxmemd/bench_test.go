@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestBench runs `ctxmemd bench` on two temporary directories (20 files of
@@ -132,12 +133,7 @@ func TestBenchUsageErrors(t *testing.T) {
 
 // TestBenchFio runs the fio jobs too when fio is installed (a few seconds).
 func TestBenchFio(t *testing.T) {
-	if _, err := exec.LookPath("fio"); err != nil {
-		if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-			t.Fatal("fio is not installed (CTXMEM_REQUIRE_TOOLS=1)")
-		}
-		t.Skip("fio is not installed")
-	}
+	testenv.RequireTool(t, "fio", "Debian: fio")
 	if testing.Short() {
 		t.Skip("-short")
 	}

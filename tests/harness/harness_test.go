@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func TestUnescapeMountinfo(t *testing.T) {
@@ -32,10 +34,10 @@ func TestRepoRootHasGoMod(t *testing.T) {
 func fakeBinary(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount FUSE")
+		testenv.Skip(t, "needs root to mount FUSE")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
+		testenv.Skip(t, "no /dev/fuse")
 	}
 	bin := filepath.Join(t.TempDir(), "fakectxmemd")
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fakectxmemd").CombinedOutput(); err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 const (
@@ -75,10 +77,10 @@ func TestWorkloadsOnLoopExt4(t *testing.T) {
 	}
 	img := filepath.Join(t.TempDir(), "ext4.img")
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 not installed")
+		testenv.Skip(t, "mkfs.ext4 not installed")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
+		testenv.Skip(t, "needs root to mount")
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", img, "1G").CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.ext4: %v %s", err, out)
@@ -93,7 +95,7 @@ func TestWorkloadsOnLoopExt4(t *testing.T) {
 func mountPrivate(t *testing.T, typ, opts string, src ...string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
+		testenv.Skip(t, "needs root to mount")
 	}
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -106,7 +108,7 @@ func mountPrivate(t *testing.T, typ, opts string, src ...string) string {
 		args = append(args, typ)
 	}
 	if out, err := exec.Command("mount", append(args, dir)...).CombinedOutput(); err != nil {
-		t.Skipf("mount %v: %v %s", args, err, out)
+		testenv.Skip(t, "mount %v: %v %s", args, err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {

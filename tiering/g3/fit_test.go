@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func TestFitCapacity(t *testing.T) {
@@ -25,10 +27,7 @@ func TestFitCapacity(t *testing.T) {
 // for 10 GiB: clamped below 16 MiB; with 8 MiB segments it is refused.
 func TestFitCapacityTinyFilesystem(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("CTXMEM_REQUIRE_TOOLS") == "1" {
-			t.Fatal("needs root to mount a tmpfs")
-		}
-		t.Skip("needs root to mount a tmpfs")
+		testenv.Skip(t, "needs root to mount a tmpfs")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 	"github.com/ctxmem/ctxmemd/tiering/tiertest"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // mountTmpfs mounts a tmpfs of the given size on a fresh directory and
@@ -18,11 +20,11 @@ import (
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount tmpfs")
+		testenv.Skip(t, "needs root to mount tmpfs")
 	}
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v: %s", err, out)
+		testenv.Skip(t, "mount tmpfs: %v: %s", err, out)
 	}
 	t.Cleanup(func() { umount(t, mnt) })
 	return mnt
@@ -34,7 +36,7 @@ func mountTmpfs(t *testing.T, size string) string {
 func mountLoopExt4(t *testing.T, size int64) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for a loop mount")
+		testenv.Skip(t, "needs root for a loop mount")
 	}
 	base := t.TempDir()
 	img, mnt := filepath.Join(base, "img"), filepath.Join(base, "mnt")
@@ -48,11 +50,11 @@ func mountLoopExt4(t *testing.T, size int64) string {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Skipf("mkfs.ext4: %v: %s", err, out)
+		testenv.Skip(t, "mkfs.ext4: %v: %s", err, out)
 	}
 	dev, err := exec.Command("losetup", "-f", "--show", img).Output()
 	if err != nil {
-		t.Skipf("losetup: %v", err)
+		testenv.Skip(t, "losetup: %v", err)
 	}
 	loop := string(dev[:len(dev)-1])
 	t.Cleanup(func() {
@@ -61,7 +63,7 @@ func mountLoopExt4(t *testing.T, size int64) string {
 		}
 	})
 	if out, err := exec.Command("mount", "-t", "ext4", loop, mnt).CombinedOutput(); err != nil {
-		t.Skipf("mount %s: %v: %s", loop, err, out)
+		testenv.Skip(t, "mount %s: %v: %s", loop, err, out)
 	}
 	t.Cleanup(func() { umount(t, mnt) })
 	return mnt

@@ -16,6 +16,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/g4"
 	"github.com/ctxmem/ctxmemd/tiering/g4/storetest"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 var bg = context.Background()
@@ -274,11 +276,11 @@ func TestLocalReadOnly(t *testing.T) {
 	l := newLocal(t, dir)
 	storetest.MustPut(t, l, "a/b", []byte("kept"), nil)
 	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		t.Skipf("bind mount: %v", err)
+		testenv.Skip(t, "bind mount: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-		t.Skipf("read-only remount: %v", err)
+		testenv.Skip(t, "read-only remount: %v", err)
 	}
 	for _, n := range []string{"a/b", "a/c", "new/x"} {
 		if err := l.Put(bg, n, strings.NewReader("y"), 1, nil); !errors.Is(err, tier.ErrUnavailable) {
@@ -297,7 +299,7 @@ func TestLocalReadOnly(t *testing.T) {
 func TestLocalNoSpace(t *testing.T) {
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
+		testenv.Skip(t, "mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	l := newLocal(t, dir)
