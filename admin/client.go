@@ -17,6 +17,10 @@ import (
 type Client struct {
 	socket string
 	hc     *http.Client
+	// long shares hc's transport without its overall timeout: for the
+	// requests that take as long as the work does (Fsck), bounded by the
+	// caller's context.
+	long *http.Client
 }
 
 // NewClient returns a client for the socket at path. It does not connect
@@ -30,7 +34,7 @@ func NewClient(socket string) *Client {
 		MaxIdleConns:    1,
 		IdleConnTimeout: 10 * time.Second,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, long: &http.Client{Transport: tr}}
 }
 
 // Close releases idle connections.
@@ -73,6 +77,10 @@ func (c *Client) ClusterPrestage(ctx context.Context, req ClusterPrestageRequest
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(ctx, c.hc, method, path, body, out)
+}
+
+func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -88,7 +96,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return c.dialError(method, path, err)
 	}
@@ -109,6 +117,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 			return fmt.Errorf("%w: %s", ErrNotFound, msg)
 		case http.StatusNotImplemented:
 			return fmt.Errorf("%w: %s", ErrUnsupported, msg)
+		case http.StatusBadRequest:
+			return fmt.Errorf("%w: %s", ErrBadRequest, msg)
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %s", ErrBusy, msg)
 		}
 		return fmt.Errorf("admin: %s %s: %s", method, path, msg)
 	}

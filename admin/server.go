@@ -220,6 +220,7 @@ func Handler(opts Options) http.Handler {
 		}
 		return p.SetPinned(ctx, req.Path, pinned)
 	})
+	maintenance(mux, opts)
 	return mux
 }
 
@@ -254,6 +255,10 @@ func writeErr(w http.ResponseWriter, log *slog.Logger, r *http.Request, err erro
 		code = http.StatusNotFound
 	case errors.Is(err, ErrUnsupported):
 		code = http.StatusNotImplemented
+	case errors.Is(err, ErrBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrBusy):
+		code = http.StatusConflict
 	}
 	if code == http.StatusInternalServerError {
 		log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)

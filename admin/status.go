@@ -11,9 +11,12 @@
 //	POST /pin      {"path", "pinned"} → 204; Provider must implement Pinner
 //	POST /sink     {"path"} → 204; Provider must implement Sinker
 //	POST /warmup   {"path"} → 204 once in G2; Provider must implement Warmer
+//	POST /fsck     FsckRequest → tiering.FsckReport; Provider must implement Fscker
+//	POST /gc       GCRequest → tiering.GCReport; Provider must implement Collector
 //
 // Errors are {"error": "..."} with 400 (bad request), 404 (no such path),
-// 501 (the daemon does not offer that control) or 500.
+// 409 (already running), 501 (the daemon does not offer that control) or
+// 500.
 package admin
 
 import (

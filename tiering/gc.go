@@ -46,6 +46,12 @@ func gcBackoff(n int) time.Duration {
 	return min(d, gcRetryMax)
 }
 
+// gcKey names one queued copy: a key in a tier.
+type gcKey struct {
+	t tier.Tier
+	k tier.Key
+}
+
 // gc queues deletion of k from t.
 func (s *Store) gc(t tier.Tier, k tier.Key) {
 	if t == nil {
@@ -54,8 +60,32 @@ func (s *Store) gc(t tier.Tier, k tier.Key) {
 	s.gcPending.Add(1)
 	s.gcMu.Lock()
 	s.gcQueue = append(s.gcQueue, gcItem{t: t, k: k})
+	if s.gcKeys == nil {
+		s.gcKeys = make(map[gcKey]int)
+	}
+	s.gcKeys[gcKey{t, k}]++
 	s.gcMu.Unlock()
 	s.gcReady.broadcast()
+}
+
+// gcDone forgets one queued item of it's copy (it was deleted, or found
+// live again).
+func (s *Store) gcDone(it gcItem) {
+	s.gcPending.Add(-1)
+	s.gcMu.Lock()
+	gk := gcKey{it.t, it.k}
+	if s.gcKeys[gk]--; s.gcKeys[gk] <= 0 {
+		delete(s.gcKeys, gk)
+	}
+	s.gcMu.Unlock()
+}
+
+// gcQueued reports whether a deletion of t's copy of k is queued and not
+// done yet (CollectGarbage does not queue it twice).
+func (s *Store) gcQueued(t tier.Tier, k tier.Key) bool {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	return s.gcKeys[gcKey{t, k}] > 0
 }
 
 // gcLoop drains the GC queue whenever something is queued, and tries
@@ -161,7 +191,7 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 	o, state := s.copyState(it.t, it.k)
 	switch state {
 	case copyLive:
-		s.gcPending.Add(-1) // the key was written again since it was queued
+		s.gcDone(it) // the key was written again since it was queued
 		return it, true
 	case copyBusy:
 		it.due = time.Now().Add(gcRetryMin)
@@ -174,7 +204,7 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 		s.endGCDelete(o, it, err)
 	}
 	if err == nil {
-		s.gcPending.Add(-1)
+		s.gcDone(it)
 		s.c.gcDeleted.Add(1)
 		return it, true
 	}

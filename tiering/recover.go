@@ -12,48 +12,26 @@ import (
 // (see meta.go for the rules) and queues garbage (block copies that belong
 // to no live object generation) for deletion.
 func (s *Store) recover() error {
-	type loc struct{ g3, g4 bool }
-	present := make(map[tier.Key]*loc)
-	scan := func(t tier.Tier, set func(*loc)) error {
-		if t == nil {
-			return nil
-		}
-		return t.Range(func(k tier.Key, _ int64) bool {
-			l := present[k]
-			if l == nil {
-				l = &loc{}
-				present[k] = l
-			}
-			set(l)
-			return true
-		})
-	}
-	if err := scan(s.g3, func(l *loc) { l.g3 = true }); err != nil {
+	present := make(copies)
+	if err := present.addRange(s.g3, tiG3); err != nil {
 		return fmt.Errorf("scan G3: %w", err)
 	}
 	// G4 is listed into its own map first: a listing that fails part way
 	// must not leave half of G4 in present.
 	var rec4 *g4Recovery
 	if s.g4 != nil {
-		in4 := make(map[tier.Key]bool)
+		var in4 listing
 		var err error
 		if l, ok := s.g4.(interface{ Listed() bool }); ok && !l.Listed() {
 			// The tier's own listing at open just failed (opened
 			// unlisted): do not wait for the store a second time.
 			err = fmt.Errorf("G4 opened unlisted: %w", tier.ErrUnavailable)
 		} else {
-			err = s.g4.Range(func(k tier.Key, _ int64) bool { in4[k] = true; return true })
+			in4, err = listTier(s.g4)
 		}
 		switch {
 		case err == nil:
-			for k := range in4 {
-				l := present[k]
-				if l == nil {
-					l = &loc{}
-					present[k] = l
-				}
-				l.g4 = true
-			}
+			present.addListing(in4, tiG4)
 		case errors.Is(err, tier.ErrUnavailable):
 			// Start without G4's listing: nothing is concluded about
 			// blocks only G4 may hold (see g4recover.go).
@@ -94,7 +72,7 @@ func (s *Store) recover() error {
 				k := o.key(idx)
 				l := present[k]
 				if l == nil && rec4 != nil {
-					l = &loc{g4: true} // maybe in G4: verified once G4 answers
+					l = &copyLoc{g4: true} // maybe in G4: verified once G4 answers
 				}
 				if l == nil || int64(idx)*int64(o.bs) >= o.size {
 					lost = append(lost, id)
@@ -143,12 +121,7 @@ func (s *Store) recover() error {
 			continue
 		}
 		garbage++
-		if l.g3 {
-			s.gc(s.g3, k)
-		}
-		if l.g4 {
-			s.gc(s.g4, k)
-		}
+		s.queueCopies(k, l)
 	}
 	for k, l := range present {
 		if used[k] && l.g3 && l.g4 {

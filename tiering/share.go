@@ -123,6 +123,10 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	for i := int64(0); i < n; i++ {
 		o.blocks[uint32(i)] = &blockState{inG35: true}
 	}
+	// From register until the object is visible its pool keys belong to
+	// no known object: CollectGarbage must not take them for garbage.
+	s.importing.Add(1)
+	defer s.importing.Add(-1)
 	if err := register(id, o.gen); err != nil {
 		return 0, err
 	}

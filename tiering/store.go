@@ -212,6 +212,16 @@ type Store struct {
 	// by gcLoop, then by CloseContext (gc.go).
 	gcLater   []gcItem
 	gcPending atomic.Int64 // block copies queued and not yet deleted
+	// gcKeys counts the queued items of each copy (under gcMu), so
+	// CollectGarbage does not queue a copy that is already waiting.
+	gcKeys map[gcKey]int
+	// importing counts Imports between registering their pool keys and
+	// making their object visible (CollectGarbage leaves G3.5 keys of
+	// unknown objects alone meanwhile).
+	importing atomic.Int64
+	// fsckMu and collectMu let one Fsck and one CollectGarbage run at a
+	// time (TryLock: a second caller gets ErrBusy).
+	fsckMu, collectMu sync.Mutex
 
 	lostMu sync.Mutex
 	onLost func(ObjectID)

@@ -8,6 +8,7 @@
 //	ctxmemd bench    the KV-cache and fio jobs on any directory, beside a reference
 //	ctxmemd ls|du    where files are, by tier
 //	ctxmemd evict|sink|warmup|pin|unpin  move files between tiers by hand
+//	ctxmemd fsck|gc  verify block copies (online, or --offline) and collect stray ones
 //	ctxmemd nbd attach  attach an NBD export to a kernel /dev/nbdN
 //	ctxmemd version  print the version
 //
@@ -126,6 +127,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 	}
 	cmds = append(cmds, moveCommands()...)
 	cmds = append(cmds, duCommands()...)
+	cmds = append(cmds, fsckCommands()...)
 	for _, c := range cmds {
 		c.OnUsageError = onUsage
 	}

@@ -57,6 +57,10 @@ type Fault struct {
 	// fail only then: a put that stored the block but whose answer was
 	// lost (an object store's deadline passing after the write).
 	Late bool
+	// Hold, when set, holds a put after the wrapped tier stored the
+	// block, until the gate is released (or the call's ctx ends): a put
+	// whose copy is already listed by the tier but has not returned.
+	Hold *Gate
 }
 
 // Gate holds calls until Release. Arrived is closed when the first call
@@ -212,6 +216,13 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	}
 	if err := t.Tier.Put(ctx, k, data); err != nil {
 		return err
+	}
+	for _, f := range fs {
+		if f.Hold != nil {
+			if err := f.Hold.wait(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	return late(Put, k, fs)
 }

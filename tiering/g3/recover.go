@@ -176,6 +176,24 @@ func (s *Store) removeSegment(path, why string) {
 // holding no header (zeros of the unused tail, payload of a record whose
 // header was never written) are skipped in both cases.
 func (s *Store) scanSegment(seg *segment, verify bool) (recs []scanned, damaged bool, err error) {
+	return s.walkSegment(seg, verify, nil)
+}
+
+// checker receives what a read-only walk (Verify) finds wrong: a damaged
+// record header at off, or a block record whose payload fails its CRC32C.
+type checker interface {
+	damagedHeader(off int64)
+	badPayload(off int64, r record)
+}
+
+// walkSegment is scanSegment; with a checker it is read-only instead (an
+// offline check): every payload is verified, a damaged header or a bad
+// payload is reported to chk and skipped (the walk goes on page by page),
+// and nothing is repaired.
+func (s *Store) walkSegment(seg *segment, verify bool, chk checker) (recs []scanned, damaged bool, err error) {
+	if chk != nil {
+		verify = true
+	}
 	rd := pageReader{s: s, seg: seg}
 	defer rd.free()
 	off := int64(segHeaderLen)
@@ -200,6 +218,12 @@ func (s *Store) scanSegment(seg *segment, verify bool) (recs []scanned, damaged 
 			off += pageSize
 			continue
 		case hdrDamaged:
+			if chk != nil {
+				chk.damagedHeader(off)
+				rd.sequential = true
+				off += pageSize
+				continue
+			}
 			if !verify {
 				return nil, true, nil
 			}
@@ -221,7 +245,11 @@ func (s *Store) scanSegment(seg *segment, verify bool) (recs []scanned, damaged 
 				if err != nil {
 					return nil, false, err
 				}
-				if !ok {
+				switch {
+				case !ok && chk != nil:
+					chk.badPayload(off, r)
+					sc.tomb = true
+				case !ok:
 					s.st.torn.Add(1)
 					s.log.Warn("G3 torn block record dropped", "segment", seg.path, "off", off, "key", r.key.String())
 					sc.tomb = true

@@ -72,6 +72,10 @@ type entry struct {
 	plen   uint32 // bytes of payload
 	seq    uint64
 	tomb   bool
+	// quarantined marks a tomb entry set by a read that found the record
+	// corrupt (corrupt): unlike a deleted key's, its record is still in
+	// the log with no tombstone over it, so Delete writes one.
+	quarantined bool
 }
 
 type counters struct {
@@ -357,7 +361,10 @@ func (s *Store) copyForward(ctx context.Context, k tier.Key) (int, error) {
 }
 
 // Delete writes a tombstone for k so that it stays deleted across restarts.
-// Deleting a missing key is a no-op. Errors as for Put.
+// Deleting a missing key is a no-op; deleting a key quarantined by a read
+// (its record failed its checks and reads as missing) writes the tombstone
+// too, so the corrupt record does not come back at the next Open. Errors
+// as for Put.
 func (s *Store) Delete(ctx context.Context, k tier.Key) error {
 	s.mu.RLock()
 	closed := s.closed
@@ -366,7 +373,7 @@ func (s *Store) Delete(ctx context.Context, k tier.Key) error {
 	if closed {
 		return tier.ErrClosed
 	}
-	if !ok || e.tomb {
+	if !ok || (e.tomb && !e.quarantined) {
 		return nil
 	}
 	buf := s.bufs.Get(pageSize)
@@ -592,7 +599,7 @@ func (s *Store) readFailed(k tier.Key, e entry, err error) (int, error) {
 func (s *Store) corrupt(k tier.Key, e entry, why string) (int, error) {
 	s.mu.Lock()
 	if cur, ok := s.index[k]; ok && !cur.tomb && cur.seq == e.seq {
-		s.index[k] = entry{seg: e.seg, seq: e.seq, tomb: true}
+		s.index[k] = entry{seg: e.seg, seq: e.seq, tomb: true, quarantined: true}
 		s.used -= int64(e.plen)
 		s.blocks--
 		s.st.crcErrors.Add(1)

@@ -349,7 +349,16 @@ func (t *Tier) scratch(n int) *[]byte {
 // read into dst(length). Corruption errors wrap errHeader or
 // errPayloadCRC (both tier.ErrCorrupt).
 func (t *Tier) readBlock(ctx context.Context, k tier.Key, dst func(length int) []byte) ([]byte, error) {
-	rc, _, err := t.store.Get(ctx, t.ObjectName(k))
+	return readVerified(ctx, t.store, t.ObjectName(k), k, t.opts.MaxBlockSize, dst)
+}
+
+// readVerified reads object name of store, which should hold block k,
+// verifies it (header against k, at most maxBlock payload bytes, exact
+// length, payload CRC32C) and returns its payload, read into dst(length).
+// Corruption errors wrap errHeader or errPayloadCRC (both
+// tier.ErrCorrupt); backend errors are returned as they are.
+func readVerified(ctx context.Context, store ObjectStore, name string, k tier.Key, maxBlock int, dst func(length int) []byte) ([]byte, error) {
+	rc, _, err := store.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +374,7 @@ func (t *Tier) readBlock(ctx context.Context, k tier.Key, dst func(length int) [
 	if err != nil {
 		return nil, err
 	}
-	if int(h.length) > t.opts.MaxBlockSize {
+	if int(h.length) > maxBlock {
 		return nil, fmt.Errorf("%w: length %d over the block limit", errHeader, h.length)
 	}
 	data := dst(int(h.length))
