@@ -22,7 +22,7 @@ FUZZTIME ?= 5m
 
 # Debian packages the daemon and the tests need.
 RUN_PKGS  := fuse3 attr
-TEST_PKGS := gcc fuse3 attr fio jq util-linux iproute2 e2fsprogs libnbd-bin python3-libnbd qemu-utils nbdkit rpm lintian
+TEST_PKGS := gcc fuse3 attr fio jq util-linux iproute2 e2fsprogs libnbd-bin python3-libnbd qemu-utils nbdkit rpm lintian python3-zmq python3-msgpack
 
 # Test servers built from the Go module proxy (the S3 server for G4 tests).
 VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0

@@ -130,6 +130,16 @@ type Config struct {
 	Admin string
 	// Metrics is the Prometheus listen address (host:port); "" disables.
 	Metrics string
+	// KVEvents is the ZMQ PUB endpoint of the KV events (vLLM's wire
+	// format, package kvevents); "" disables them. KVEventsReplay is the
+	// optional ROUTER endpoint answering replay requests, KVEventsTopic
+	// the topic frame, KVEventsBuffer the batches kept for replay.
+	KVEvents, KVEventsReplay, KVEventsTopic string
+	KVEventsBuffer                          int
+	// KVLayout is the default kv_layout of namespaces: how block hashes
+	// are derived from file names (vllm, sglang, lmcache, nixl, flat or a
+	// regular expression with a (?P<hash>...) group; "" = no events).
+	KVLayout string
 	// NBD lists NBD listener URLs (unix:///path, tcp://host:port),
 	// comma-separated; "" disables the NBD front end.
 	NBD string
@@ -215,6 +225,8 @@ type Namespace struct {
 	// Identity: two hosts share a block only when all of these match.
 	ModelID, ModelRevision, TokenizerRevision string
 	KVDtype, LayoutVersion, Tenant            string
+	// KVLayout overrides the global kv_layout for this namespace.
+	KVLayout string
 }
 
 // PoolTarget is one NVMe-oF target of the pool_targets: list.

@@ -193,6 +193,21 @@ func (c Config) Validate() error {
 			bad("metrics", "%v", err)
 		}
 	}
+	if c.KVEvents != "" {
+		if err := checkZMQEndpoint(c.KVEvents); err != nil {
+			bad("kv_events", "%v", err)
+		}
+	}
+	if c.KVEventsReplay != "" {
+		if err := checkZMQEndpoint(c.KVEventsReplay); err != nil {
+			bad("kv_events_replay", "%v", err)
+		} else if c.KVEvents == "" {
+			bad("kv_events_replay", "needs kv_events")
+		}
+	}
+	if err := checkKVLayout(c.KVLayout); err != nil {
+		bad("kv_layout", "%v", err)
+	}
 	if err := setLogLevel(&Config{}, c.LogLevel); err != nil {
 		bad("log_level", "%v", err)
 	}
@@ -213,6 +228,9 @@ func (c Config) Validate() error {
 		}
 		if ns.Quota < 0 {
 			bad(key, "quota is negative")
+		}
+		if err := checkKVLayout(ns.KVLayout); err != nil {
+			bad(key, "kv_layout of namespace %q: %v", ns.Name, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -15,7 +15,7 @@ import (
 // namespaceKeys are the keys a namespaces: entry may have.
 func namespaceKeys() []string {
 	return []string{"name", "uid", "gid", "mode", "quota", "block_size", "model_id", "model_revision",
-		"tokenizer_revision", "kv_dtype", "layout_version", "tenant"}
+		"tokenizer_revision", "kv_dtype", "layout_version", "tenant", "kv_layout"}
 }
 
 // applyYAML sets c from a YAML document: a mapping of option keys to
@@ -223,6 +223,8 @@ func setNamespaceField(ns *Namespace, key, val string) error {
 		ns.LayoutVersion = val
 	case "tenant":
 		ns.Tenant = val
+	case "kv_layout":
+		ns.KVLayout = val
 	default:
 		return errUnknownKey
 	}

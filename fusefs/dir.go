@@ -328,6 +328,9 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 	f.j.touch(d.n)
 	err := f.j.apply(putNode(n), putDirent(d.n, name, n))
 	t.mu.Unlock()
+	if n.kind == kindFile {
+		f.changed(n.obj)
+	}
 	if e := logged(err); e != 0 {
 		return nil, e
 	}
@@ -385,6 +388,9 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	ops := f.dropName(c, ts, []op{delDirent(d.n, name)})
 	err := f.j.apply(ops...)
 	t.mu.Unlock()
+	if c.kind == kindFile {
+		f.changed(c.obj)
+	}
 	return logged(err)
 }
 
@@ -450,6 +456,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
+	src, dst := d.n.dir.get(name), np.n.dir.get(newName) // for OnChange
 	ops, e := d.renameLocked(name, np.n, newName, flags)
 	var err error
 	if e == 0 && len(ops) > 0 {
@@ -458,6 +465,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	t.mu.Unlock()
 	if e != 0 {
 		return e
+	}
+	for _, c := range []*node{src, dst} {
+		if c != nil && c.kind == kindFile {
+			f.changed(c.obj)
+		}
 	}
 	return logged(err)
 }

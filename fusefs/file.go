@@ -209,6 +209,9 @@ func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno
 	if e, ok := fn.fsys.be.(expediter); ok && lastWriter {
 		e.Expedite(obj) // nothing more is coming: write back now
 	}
+	if lastWriter {
+		fn.fsys.changed(obj)
+	}
 	return 0
 }
 

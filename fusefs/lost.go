@@ -135,6 +135,7 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 		f.log.Error("fusefs: log removal of a lost file", "err", err)
 	}
 	t.mu.Unlock()
+	f.changed(id)
 
 	n.mu.Lock()
 	n.lost = true

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 // Defaults applied by Mount to zero-valued Options fields.
@@ -184,6 +186,14 @@ type Options struct {
 	// lookups inside namespaces are never cached by the kernel in any
 	// case (see NegativeTimeout). nil: off.
 	Remote Remote
+	// OnChange, when set, is called with the object id of a regular file
+	// whose names or completeness may have changed: after the release of
+	// its last writer, a rename of it or over it, an unlink, a link, and
+	// when the store lost it. It is a hint (look the file up with
+	// Server.Path and Server.Writing): it may come more than once, and
+	// may be called with the tree lock held, so it must be fast, must not
+	// block and must not call back into the Server.
+	OnChange func(id tiering.ObjectID)
 
 	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for
 	// every directory read instead of only when stat calls follow.

@@ -50,6 +50,7 @@ type daemon struct {
 	store   *tiering.Store
 	fuse    *fusefs.Server
 	nbd     *nbd.Server // nil without --nbd
+	kv      *kvState    // nil without kv_events
 	// lat holds the request latency histograms the front ends feed.
 	lat  *metrics.Latencies
 	link *fabric.LinkWatcher
@@ -282,6 +283,9 @@ func (d *daemon) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := d.openKVEvents(ctx); err != nil { // bound before the mount too
+		return err
+	}
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
 		ObserveLatency:    d.lat.ObserveFUSE,
 		Namespaces:        fuseNamespaces(cfg),
@@ -291,11 +295,13 @@ func (d *daemon) open(ctx context.Context) error {
 		StatfsCapacity:    cfg.StatfsCapacity,
 		NoPassthrough:     !cfg.Passthrough || cfg.PassthroughMaxBytes == 0,
 		PassthroughWrites: cfg.PassthroughWrites,
+		OnChange:          d.kvChanged(),
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)
 	}
 	d.fuse = fs
+	d.startKVEvents(ctx)
 
 	if link := d.poolLink(ctx); link != "" {
 		w, err := fabric.WatchLink(link, fabric.OnChange(func(s fabric.LinkState) {
@@ -493,6 +499,7 @@ func (d *daemon) close() error {
 		}
 	}
 	d.wg.Wait()
+	d.closeKVEvents()
 	if d.ctl != nil {
 		if d.store != nil {
 			d.store.SetObserver(nil)
