@@ -123,6 +123,16 @@ type NamespaceStatus struct {
 	// Lookups are the namespace's KV lookups since mount (or since it
 	// was added).
 	Lookups hitratio.Counts `json:"lookups"`
+	// TokensPerBlock and PrefillUsPerToken are the namespace's value
+	// settings (0: unknown). TokensFound = lookup hits × TokensPerBlock
+	// and PrefillAvoidedS = TokensFound × PrefillUsPerToken / 1e6: an
+	// upper bound of the prompt tokens not recomputed and of the prefill
+	// time saved (the mount does not see which hits lead their request,
+	// the only ones a prefix cache uses; the replay reports those).
+	TokensPerBlock    int     `json:"tokens_per_block,omitempty"`
+	PrefillUsPerToken float64 `json:"prefill_us_per_token,omitempty"`
+	TokensFound       int64   `json:"tokens_found"`
+	PrefillAvoidedS   float64 `json:"prefill_avoided_s"`
 }
 
 // Provider supplies status; the daemon implements it. Control endpoints

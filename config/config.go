@@ -227,6 +227,12 @@ type Namespace struct {
 	KVDtype, LayoutVersion, Tenant            string
 	// KVLayout overrides the global kv_layout for this namespace.
 	KVLayout string
+	// TokensPerBlock is how many tokens one KV file of the namespace holds
+	// (0: unknown); PrefillUsPerToken what recomputing one token's KV
+	// costs its engine, in µs (0: unknown). Status and metrics turn
+	// lookup hits into tokens found and prefill time avoided with them.
+	TokensPerBlock    int
+	PrefillUsPerToken float64
 }
 
 // PoolTarget is one NVMe-oF target of the pool_targets: list.

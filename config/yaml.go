@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // namespaceKeys are the keys a namespaces: entry may have.
 func namespaceKeys() []string {
 	return []string{"name", "uid", "gid", "mode", "quota", "block_size", "model_id", "model_revision",
-		"tokenizer_revision", "kv_dtype", "layout_version", "tenant", "kv_layout"}
+		"tokenizer_revision", "kv_dtype", "layout_version", "tenant", "kv_layout", "tokens_per_block", "prefill_us_per_token"}
 }
 
 // applyYAML sets c from a YAML document: a mapping of option keys to
@@ -225,6 +226,18 @@ func setNamespaceField(ns *Namespace, key, val string) error {
 		ns.Tenant = val
 	case "kv_layout":
 		ns.KVLayout = val
+	case "tokens_per_block":
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a non-negative token count", val)
+		}
+		ns.TokensPerBlock = n
+	case "prefill_us_per_token":
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+			return fmt.Errorf("%q is not a non-negative cost in µs per token", val)
+		}
+		ns.PrefillUsPerToken = f
 	default:
 		return errUnknownKey
 	}

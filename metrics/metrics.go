@@ -13,6 +13,8 @@
 //	hit_ratio{kind="served_from_g2"|"found_in_any_tier"}                 gauges (0–1, since start; package hitratio)
 //	lookup_hits_total{namespace,tier}, lookup_misses_total{namespace}    counters
 //	namespace_objects{namespace}, namespace_bytes{namespace}, namespace_quota_bytes{namespace} gauges
+//	prestage_blocks_total{result="staged"|"useful"|"wasted"}, prestage_wasted_bytes_total counters
+//	namespace_tokens_found_total{namespace}, namespace_prefill_avoided_seconds_total{namespace} counters
 //	nbd_connections_total, nbd_requests_total, nbd_request_errors_total, nbd_bytes_total{direction} counters; nbd_active_connections gauge
 //	control_connected, control_queued_bytes, control_scheduler_leader gauges
 //	control_messages_total{kind}, control_commands_total{result}, control_dropped_total{kind} counters
@@ -81,6 +83,10 @@ type Namespace struct {
 	// QuotaBytes is 0 without a quota.
 	QuotaBytes int64
 	Lookups    hitratio.Counts
+	// TokensFound and PrefillAvoidedS value the lookup hits
+	// (admin.NamespaceStatus); 0 without tokens_per_block.
+	TokensFound     int64
+	PrefillAvoidedS float64
 }
 
 // Passthrough is the FUSE front end's passthrough state in a Snapshot.
@@ -116,7 +122,8 @@ type descs struct {
 	nsObjects, nsBytes, nsQuota                               *prometheus.Desc
 	nbdConns, nbdActive, nbdReqs, nbdErrs, nbdBytes           *prometheus.Desc
 	ctlConnected, ctlMsgs, ctlCmds, ctlDropped, ctlQueued     *prometheus.Desc
-	ctlLeader, g4Removed                                      *prometheus.Desc
+	ctlLeader, g4Removed, nsTokens, nsPrefill                 *prometheus.Desc
+	prestage, prestageWasted                                  *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -184,9 +191,16 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		ctlQueued:    newDesc("control_queued_bytes", "Telemetry bytes queued for the bus."),
 		ctlLeader:    newDesc("control_scheduler_leader", "1 while this daemon's scheduler replica leads the cluster, 0 while it follows (absent without a replica)."),
 		g4Removed:    newDesc("g4_removed_blocks_total", "Blocks G4 deleted itself, by reason: size (oldest first, above g4_high of g4_size), expired (older than g4_ttl).", "reason"),
-		nsObjects:    newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
-		nsBytes:      newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
-		nsQuota:      newDesc("namespace_quota_bytes", "The namespace's quota in bytes (absent without one).", "namespace"),
+		nsTokens: newDesc("namespace_tokens_found_total", "Prompt tokens in the files lookups found (hits × the namespace's tokens_per_block): "+
+			"an upper bound of the tokens not recomputed.", "namespace"),
+		nsPrefill: newDesc("namespace_prefill_avoided_seconds_total", "Prefill time the lookup hits saved (tokens found × the namespace's "+
+			"prefill_us_per_token), an upper bound.", "namespace"),
+		prestage: newDesc("prestage_blocks_total", "Blocks prestage brought up to G2 (result=staged), of them read before leaving G2 (useful) "+
+			"and freed unread (wasted).", "result"),
+		prestageWasted: newDesc("prestage_wasted_bytes_total", "Bytes of prestaged blocks that left G2 unread."),
+		nsObjects:      newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
+		nsBytes:        newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
+		nsQuota:        newDesc("namespace_quota_bytes", "The namespace's quota in bytes (absent without one).", "namespace"),
 		tierRecovering: newDesc("tier_recovering", "1 while the daemon, started during the tier's outage, waits for its first listing "+
 			"(blocks only that tier holds read as EIO), else 0.", "tier"),
 	}}
@@ -202,7 +216,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
 		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
-		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed} {
+		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted} {
 		ch <- x
 	}
 }
@@ -233,12 +247,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, t := range hitratio.Tiers() {
 			counter(d.lookupHits, n.Lookups.Hits[t], n.Name, t)
 		}
+		counter(d.nsTokens, n.TokensFound, n.Name)
+		ch <- prometheus.MustNewConstMetric(d.nsPrefill, prometheus.CounterValue, n.PrefillAvoidedS, n.Name)
 		gauge(d.nsObjects, float64(n.Objects), n.Name)
 		gauge(d.nsBytes, float64(n.Bytes), n.Name)
 		if n.QuotaBytes > 0 {
 			gauge(d.nsQuota, float64(n.QuotaBytes), n.Name)
 		}
 	}
+	counter(d.prestage, s.Stats.Prestaged, "staged")
+	counter(d.prestage, s.Stats.PrestageUseful, "useful")
+	counter(d.prestage, s.Stats.PrestageWasted, "wasted")
+	counter(d.prestageWasted, s.Stats.PrestageWastedBytes)
 	counter(d.g4Removed, s.G4Evicted, "size")
 	counter(d.g4Removed, s.G4Expired, "expired")
 	if n := s.NBD; n != nil {

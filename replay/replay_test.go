@@ -363,3 +363,35 @@ func BenchmarkFill256K(b *testing.B) {
 		Fill(int64(i), p)
 	}
 }
+
+// TestPrefixHitsAndTokens: only the hits before a request's first miss
+// count as prefix hits, and tokens and prefill time follow from them.
+func TestPrefixHitsAndTokens(t *testing.T) {
+	dir := t.TempDir()
+	reqs := []Request{{HashIDs: []int64{1, 2, 3}}, {HashIDs: []int64{1, 2, 9, 3}}, {HashIDs: []int64{7, 1}}}
+	res, err := Run(context.Background(), reqs, Options{Mount: dir, BlockBytes: bb, Concurrency: 1, TokensPerBlock: 16, PrefillUsPerToken: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hits: 1, 2, 3 of the second request, 1 of the third; prefix hits:
+	// 1 and 2 of the second (3 comes after the miss of 9; the third
+	// starts with a miss).
+	if res.BlockHits != 4 || res.PrefixHits != 2 || res.TokensHit != 32 || res.TokensPerBlock != 16 {
+		t.Fatalf("hits %d prefix %d tokens %d (per block %d)", res.BlockHits, res.PrefixHits, res.TokensHit, res.TokensPerBlock)
+	}
+	if res.PrefixHitRatio != 2.0/9 || res.RecomputeAvoidedS != 32*50/1e6 {
+		t.Fatalf("prefix ratio %v, avoided %v s", res.PrefixHitRatio, res.RecomputeAvoidedS)
+	}
+	var tbl strings.Builder
+	if err := res.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"prefix hits", "2 blocks, ratio 0.2222", "tokens not recomputed  32 (16 per block)", "prefill avoided", "0.0 s at 50 µs/token"} {
+		if !strings.Contains(tbl.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, tbl.String())
+		}
+	}
+	if _, err := Run(context.Background(), reqs, Options{Mount: dir, TokensPerBlock: -1}); err == nil {
+		t.Error("negative tokens per block accepted")
+	}
+}

@@ -43,6 +43,22 @@ type Result struct {
 	// reports the same two numbers in ctxmemd status and ctxmem_hit_ratio.
 	G2HitRatio      float64 `json:"g2_hit_ratio"`
 	AnyTierHitRatio float64 `json:"any_tier_hit_ratio"`
+	// PrefixHits counts the hits that lead their request: every block
+	// before the request's first miss. An engine's prefix cache can use
+	// only those (a block after a miss is recomputed anyway, as its
+	// attention depends on the missing one); PrefixHitRatio is PrefixHits
+	// / Blocks.
+	PrefixHits     int64   `json:"prefix_hits"`
+	PrefixHitRatio float64 `json:"prefix_hit_ratio"`
+	// TokensPerBlock (Options.TokensPerBlock) and TokensHit = PrefixHits
+	// × TokensPerBlock: the prompt tokens whose KV was not recomputed.
+	TokensPerBlock int   `json:"tokens_per_block"`
+	TokensHit      int64 `json:"tokens_hit"`
+	// PrefillUsPerToken (Options.PrefillUsPerToken) and RecomputeAvoidedS
+	// = TokensHit × PrefillUsPerToken, in seconds of prefill (0 when the
+	// cost is unknown).
+	PrefillUsPerToken float64 `json:"prefill_us_per_token"`
+	RecomputeAvoidedS float64 `json:"recompute_avoided_s"`
 	// ByteHitRatio is verified bytes read over bytes requested
 	// (Blocks × BlockBytes); with fixed-size block files it equals
 	// BlockHitRatio.
@@ -106,6 +122,7 @@ type HostResult struct {
 // counts are one host's counters while a replay runs (times in ns).
 type counts struct {
 	requests, requestHits, blocks, hits, misses, retryHits int64
+	prefixHits                                             int64
 	verifyFailures, writeErrors, bytesRead, bytesWritten   int64
 	readErrors, retryWaitNs                                int64
 }
@@ -117,6 +134,7 @@ func (c *counts) add(o counts) {
 	c.hits += o.hits
 	c.misses += o.misses
 	c.retryHits += o.retryHits
+	c.prefixHits += o.prefixHits
 	c.verifyFailures += o.verifyFailures
 	c.writeErrors += o.writeErrors
 	c.readErrors += o.readErrors
@@ -140,6 +158,7 @@ func (c counts) host(i int, mount string) HostResult {
 func (r *Result) setTotals(c counts) {
 	r.Requests, r.RequestHits, r.Blocks = c.requests, c.requestHits, c.blocks
 	r.BlockHits, r.BlockMisses, r.RetryHits = c.hits, c.misses, c.retryHits
+	r.PrefixHits = c.prefixHits
 	r.VerifyFailures, r.WriteErrors, r.ReadErrors = c.verifyFailures, c.writeErrors, c.readErrors
 	r.BytesRead, r.BytesWritten = c.bytesRead, c.bytesWritten
 	r.RetryWaitS = float64(c.retryWaitNs) / 1e9
@@ -169,7 +188,10 @@ func (r *Result) finish(lat []int64, elapsed time.Duration) {
 		r.AnyTierHitRatio = r.BlockHitRatio
 		r.G2HitRatio = float64(r.HitsByTier[hitratio.G2]) / float64(r.Blocks)
 		r.ByteHitRatio = float64(r.BlockHits*int64(r.BlockBytes)) / float64(r.Blocks*int64(r.BlockBytes))
+		r.PrefixHitRatio = float64(r.PrefixHits) / float64(r.Blocks)
 	}
+	r.TokensHit = r.PrefixHits * int64(r.TokensPerBlock)
+	r.RecomputeAvoidedS = float64(r.TokensHit) * r.PrefillUsPerToken / 1e6
 	if r.ElapsedS > 0 {
 		r.MiBPerSec = float64(r.BytesRead+r.BytesWritten) / (1 << 20) / r.ElapsedS
 	}
@@ -184,6 +206,12 @@ func (r Result) WriteTable(w io.Writer) error {
 		{"blocks", fmt.Sprintf("%d (%d hits, %d misses, %d B each, layout %s)", r.Blocks, r.BlockHits, r.BlockMisses, r.BlockBytes, r.Layout)},
 		{"hit ratio", fmt.Sprintf("%s %.4f, %s %.4f (of %d lookups)", hitratio.LabelG2, r.G2HitRatio,
 			hitratio.LabelAny, r.AnyTierHitRatio, r.Blocks)},
+		{"prefix hits", fmt.Sprintf("%d blocks, ratio %.4f (hits before their request's first miss: what a prefix cache uses)",
+			r.PrefixHits, r.PrefixHitRatio)},
+		{"tokens not recomputed", fmt.Sprintf("%d (%d per block)", r.TokensHit, r.TokensPerBlock)},
+	}
+	if r.PrefillUsPerToken > 0 {
+		rows = append(rows, [2]string{"prefill avoided", fmt.Sprintf("%.1f s at %g µs/token", r.RecomputeAvoidedS, r.PrefillUsPerToken)})
 	}
 	for _, t := range countedTiers() {
 		rows = append(rows, [2]string{"hits " + t, fmt.Sprint(r.HitsByTier[t])})

@@ -23,6 +23,9 @@ import (
 const (
 	DefaultBlockBytes  = 256 << 10
 	DefaultConcurrency = 8
+	// DefaultTokensPerBlock is the Mooncake trace's block: 512 tokens
+	// (traces/README.md).
+	DefaultTokensPerBlock = 512
 	// DefaultFailureLogs is how many verification failures are logged in
 	// detail (all are counted).
 	DefaultFailureLogs = 5
@@ -58,6 +61,14 @@ type Options struct {
 	Layout Layout
 	// BlockBytes is the size in bytes of every block file (default 256 KiB).
 	BlockBytes int
+	// TokensPerBlock is how many tokens one block holds (default
+	// DefaultTokensPerBlock, the Mooncake trace's 512): the unit of
+	// Result.TokensHit.
+	TokensPerBlock int
+	// PrefillUsPerToken is what computing one token's KV costs the engine
+	// (µs of prefill per token; 0 = unknown, no time reported): the unit
+	// of Result.RecomputeAvoidedS.
+	PrefillUsPerToken float64
 	// Concurrency is the number of requests in flight (default 8). The
 	// blocks of one request are handled in order by one worker.
 	Concurrency int
@@ -134,6 +145,13 @@ func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
 	if opts.BlockBytes < 0 || opts.BlockBytes > 1<<30 {
 		return Result{}, fmt.Errorf("replay: block size %d out of range (1 B–1 GiB)", opts.BlockBytes)
 	}
+	if opts.TokensPerBlock == 0 {
+		opts.TokensPerBlock = DefaultTokensPerBlock
+	}
+	if opts.TokensPerBlock < 0 || opts.PrefillUsPerToken < 0 {
+		return Result{}, fmt.Errorf("replay: tokens per block %d and prefill cost %g µs/token must not be negative",
+			opts.TokensPerBlock, opts.PrefillUsPerToken)
+	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
@@ -190,6 +208,7 @@ func Run(ctx context.Context, reqs []Request, opts Options) (Result, error) {
 	}
 
 	res := Result{HitsByTier: map[string]int64{}, BlockBytes: opts.BlockBytes, Layout: string(opts.Layout),
+		TokensPerBlock: opts.TokensPerBlock, PrefillUsPerToken: opts.PrefillUsPerToken,
 		Mount: strings.Join(mounts, ","), Spread: string(opts.Spread), HashBlocks: opts.HashBlocks, RetryMissingS: opts.RetryMissing.Seconds(),
 		Hosts: make([]HostResult, len(hosts))}
 	for _, t := range countedTiers() {
@@ -341,6 +360,8 @@ func (w *worker) request(ctx context.Context, h int, q *Request) {
 		c.blocks++
 		if !w.block(ctx, h, id) {
 			allHit = false
+		} else if allHit {
+			c.prefixHits++ // still inside the request's leading run of hits
 		}
 	}
 	if allHit {

@@ -118,20 +118,28 @@ func Errno(err error) syscall.Errno {
 // or was a hole), per block and per byte, and split by the tier that served
 // the block.
 type Stats struct {
-	ReadRequests     int64            `json:"read_requests"`
-	ReadRequestHits  int64            `json:"read_request_hits"`
-	BlockReads       int64            `json:"block_reads"`
-	BlockHits        map[string]int64 `json:"block_hits"` // by tier name
-	BlockMisses      int64            `json:"block_misses"`
-	ByteReads        int64            `json:"byte_reads"`
-	ByteHits         map[string]int64 `json:"byte_hits"` // by tier name
-	DirtyBytes       int64            `json:"dirty_bytes"`
-	DirtyLimitBytes  int64            `json:"dirty_limit_bytes"`
-	WriterWaits      int64            `json:"writer_waits"` // writes that waited for the dirty bound
-	Evictions        map[string]int64 `json:"evictions"`    // blocks leaving a tier, by tier
-	Demotions        map[string]int64 `json:"demotions"`    // blocks written to a tier by demotion/write-back, by target tier
-	Promotions       int64            `json:"promotions"`   // blocks copied up to G2 on read or prestage
-	AdmissionsDenied int64            `json:"admissions_refused"`
+	ReadRequests    int64            `json:"read_requests"`
+	ReadRequestHits int64            `json:"read_request_hits"`
+	BlockReads      int64            `json:"block_reads"`
+	BlockHits       map[string]int64 `json:"block_hits"` // by tier name
+	BlockMisses     int64            `json:"block_misses"`
+	ByteReads       int64            `json:"byte_reads"`
+	ByteHits        map[string]int64 `json:"byte_hits"` // by tier name
+	DirtyBytes      int64            `json:"dirty_bytes"`
+	DirtyLimitBytes int64            `json:"dirty_limit_bytes"`
+	WriterWaits     int64            `json:"writer_waits"` // writes that waited for the dirty bound
+	Evictions       map[string]int64 `json:"evictions"`    // blocks leaving a tier, by tier
+	Demotions       map[string]int64 `json:"demotions"`    // blocks written to a tier by demotion/write-back, by target tier
+	Promotions      int64            `json:"promotions"`   // blocks copied up to G2 on read or prestage
+	// Prestage accounting (prestage.go): blocks prestage copied up to
+	// G2 (and their bytes), of them read before leaving G2 (useful), and
+	// freed unread (wasted, and their bytes).
+	Prestaged           int64 `json:"prestaged_blocks"`
+	PrestagedBytes      int64 `json:"prestaged_bytes"`
+	PrestageUseful      int64 `json:"prestage_useful_blocks"`
+	PrestageWasted      int64 `json:"prestage_wasted_blocks"`
+	PrestageWastedBytes int64 `json:"prestage_wasted_bytes"`
+	AdmissionsDenied    int64 `json:"admissions_refused"`
 	// Relocations counts export blocks G3 kept through a segment reclaim
 	// (tier.Relocator) because no other copy could be ordered safely.
 	Relocations int64 `json:"g3_relocations"`

@@ -31,6 +31,7 @@ func (s *Store) allocG2(n int, pinned bool) (*g2block, error) {
 // the eviction order. The caller holds the object's write lock and has
 // cleared or will clear the block's dirty state itself.
 func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
+	s.wastedPrestaged(g)
 	s.g2mu.Lock()
 	s.place.remove(r)
 	s.g2mu.Unlock()
@@ -53,6 +54,7 @@ func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
 func (s *Store) moveG2(b *blockState, g, ng *g2block) {
 	copy(ng.buf, g.buf[:g.n])
 	ng.n = g.n
+	ng.prestaged.Store(g.prestaged.Swap(false))
 	b.g2.Store(ng)
 	if b.dirty {
 		delta := int64(len(ng.buf) - len(g.buf))

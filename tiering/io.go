@@ -104,6 +104,7 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	}
 	if g != nil {
 		copyBlock(dst, g, boff)
+		s.usedPrestaged(g)
 		s.touch(r, !b.dirty && !o.held())
 		s.countHit(src, len(dst)) // a promoted block is a hit of the tier it came from
 		return src, nil
@@ -230,8 +231,12 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if s.g2used.Load()+blen > s.limits().Bytes && !o.pinned {
 		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
 	}
-	if _, _, err := s.promoteLocked(ctx, o, idx, b); err != nil {
+	g, src, err := s.promoteLocked(ctx, o, idx, b)
+	if err != nil {
 		return err
+	}
+	if src != tiG2 { // brought up by this prestage, not by a reader racing it
+		s.notePrestaged(g)
 	}
 	s.touch(bref{o.id, idx}, !b.dirty && !o.held())
 	return nil

@@ -40,6 +40,9 @@ type g2block struct {
 	// returning buf to the pool.
 	mf  *memFile
 	off int64
+	// prestaged is set while the copy was brought up by prestage and has
+	// not been read yet (prestage.go).
+	prestaged atomic.Bool
 }
 
 // fill copies data into the block at byte boff (the block must already

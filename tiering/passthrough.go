@@ -431,6 +431,11 @@ func (s *Store) countOpenLocked(o *object, srcs map[uint32]int) {
 		}
 		s.touch(bref{o.id, idx}, false)
 		s.countHit(src, n)
+		if b := o.blocks[idx]; b != nil {
+			if g := b.g2.Load(); g != nil {
+				s.usedPrestaged(g) // the open will read it through the kernel
+			}
+		}
 	}
 	if allG2 {
 		s.c.readRequestHits.Add(1)

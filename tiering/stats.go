@@ -36,14 +36,18 @@ type counters struct {
 	writerWaits                   atomic.Int64
 	evictions, demotions          [nTiers]atomic.Int64
 	promotions                    atomic.Int64
-	admissionsDenied              atomic.Int64
-	relocations                   atomic.Int64
-	reclaimsPostponed             atomic.Int64
-	gcDeleted, gcFailed           atomic.Int64
-	ptOpens                       atomic.Int64
-	dropped                       [nDrop]atomic.Int64
-	crcErrors                     atomic.Int64
-	objectsLost                   atomic.Int64
+	// Prestage accounting (prestage.go).
+	prestaged, prestagedBytes      atomic.Int64
+	prestageUseful, prestageWasted atomic.Int64
+	prestageWastedBytes            atomic.Int64
+	admissionsDenied               atomic.Int64
+	relocations                    atomic.Int64
+	reclaimsPostponed              atomic.Int64
+	gcDeleted, gcFailed            atomic.Int64
+	ptOpens                        atomic.Int64
+	dropped                        [nDrop]atomic.Int64
+	crcErrors                      atomic.Int64
+	objectsLost                    atomic.Int64
 }
 
 func tierMap(a *[nTiers]atomic.Int64) map[string]int64 {

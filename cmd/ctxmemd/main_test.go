@@ -151,9 +151,11 @@ func TestStatus(t *testing.T) {
 	st := admin.Status{Mount: "/mnt/x", DataDir: dir,
 		Tiers: []tiering.TierUsage{{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12}, {Name: "G4", UsedBytes: 1 << 30, Blocks: 4096}},
 		Stats: tiering.Stats{ReadRequests: 4, ReadRequestHits: 3, BlockReads: 10, BlockHits: map[string]int64{"G2": 8, "G4": 1}, BlockMisses: 1,
-			Evictions: map[string]int64{"G2": 2}, CRCErrors: 1, Objects: 7},
+			Evictions: map[string]int64{"G2": 2}, CRCErrors: 1, Objects: 7,
+			Promotions: 12, Prestaged: 10, PrestagedBytes: 10 << 20, PrestageUseful: 6, PrestageWasted: 3, PrestageWastedBytes: 3 << 20},
 		Namespaces: []admin.NamespaceStatus{{Name: "llama", Objects: 7, Bytes: 5 << 20, BlockSize: 256 << 10,
-			Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4}}},
+			Lookups:        hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
+			TokensPerBlock: 512, PrefillUsPerToken: 40, TokensFound: 2048, PrefillAvoidedS: 0.08192}},
 		Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,7 +198,9 @@ func TestStatus(t *testing.T) {
 	}
 	for _, w := range []string{"ctxmemd v7", "G2", "3.0 MiB", "1.0 GiB", "0.3%", "unbounded",
 		"served from G2 37.5%, found in any tier 50.0% (of 8 lookups: hits G2 3, G3 1, G3.5 0, G4 0; misses 4)",
-		"10 by tier: G2 8, G4 1; 1 found in no tier (lost)", "CRC errors", "llama", "8        37.5%  50.0%"} {
+		"10 by tier: G2 8, G4 1; 1 found in no tier (lost)", "CRC errors", "llama", "8        37.5%  50.0%",
+		"2048 tokens found (512 per file), 0.1 s of prefill avoided at 40 µs/token",
+		"10 blocks (10.0 MiB) brought up: 6 read (60.0% useful), 3 left G2 unread (3.0 MiB wasted); coverage 75.0% of lower-tier reads"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status output lacks %q:\n%s", w, out)
 		}

@@ -193,6 +193,7 @@ func (d *daemon) reload(ctx context.Context, c *cli.Context, quiet bool) {
 	}
 	restart = append(restart, d.addNamespaces(added)...)
 	d.running = next
+	d.setValues(next)
 
 	slices.Sort(applied)
 	slices.Sort(restart)

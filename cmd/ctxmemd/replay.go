@@ -47,6 +47,8 @@ func replayCommand() *cli.Command {
 			&cli.StringFlag{Name: "block-bytes", Usage: "size of each block file (512KiB, 4096, ...)", Value: config.FormatSize(replay.DefaultBlockBytes)},
 			&cli.StringFlag{Name: "layout", Usage: "file naming: flat, sglang, vllm, lmcache or nixl", Value: string(replay.LayoutFlat)},
 			&cli.IntFlag{Name: "log-failures", Usage: "log details of the first N failures", Value: replay.DefaultFailureLogs},
+			&cli.IntFlag{Name: "tokens-per-block", Usage: "tokens one block holds (for tokens not recomputed)", Value: replay.DefaultTokensPerBlock},
+			&cli.Float64Flag{Name: "prefill-us-per-token", Usage: "the engine's prefill cost in µs per token (for the prefill time avoided; 0 = not shown)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bar"},
 		},
@@ -64,8 +66,8 @@ func replayAction(c *cli.Context) error {
 		return withCode(exitUsage, fmt.Errorf("--block-bytes %q: want a size from 1 B to 1 GiB (%v)", c.String("block-bytes"), err))
 	}
 	if c.Int("concurrency") < 1 || c.Float64("speed") < 0 || c.Int("requests") < 0 || c.Duration("retry-missing") < 0 ||
-		c.Int("hash-blocks") < 1 {
-		return withCode(exitUsage, errors.New("--concurrency and --hash-blocks must be >= 1, --speed, --requests and --retry-missing >= 0"))
+		c.Int("hash-blocks") < 1 || c.Int("tokens-per-block") < 1 || c.Float64("prefill-us-per-token") < 0 {
+		return withCode(exitUsage, errors.New("--concurrency, --hash-blocks and --tokens-per-block must be >= 1; --speed, --requests, --retry-missing and --prefill-us-per-token >= 0"))
 	}
 	spread, err := replay.ParseSpread(c.String("spread"))
 	if err != nil {
@@ -86,6 +88,7 @@ func replayAction(c *cli.Context) error {
 	opts := replay.Options{
 		Mounts: mounts, Spread: spread, HashBlocks: c.Int("hash-blocks"), RetryMissing: c.Duration("retry-missing"),
 		Layout: layout, BlockBytes: int(bb), Concurrency: c.Int("concurrency"),
+		TokensPerBlock: c.Int("tokens-per-block"), PrefillUsPerToken: c.Float64("prefill-us-per-token"),
 		Speed: c.Float64("speed"), FailureLogs: max(c.Int("log-failures"), 1),
 		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, nil)),
 	}

@@ -51,6 +51,10 @@ type daemon struct {
 	fuse    *fusefs.Server
 	nbd     *nbd.Server // nil without --nbd
 	kv      *kvState    // nil without kv_events
+	// values is what each namespace's lookup hits are worth
+	// (tokens_per_block, prefill_us_per_token), by name; replaced by a
+	// reload.
+	values atomic.Pointer[map[string]config.Namespace]
 	// lat holds the request latency histograms the front ends feed.
 	lat  *metrics.Latencies
 	link *fabric.LinkWatcher
@@ -98,6 +102,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		}
 	}
 	d := &daemon{cfg: cfg, running: cfg, level: level, log: log, start: time.Now(), errs: make(chan error, 4)}
+	d.setValues(cfg)
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	// Listeners are bound before anything is mounted or announced: a busy
@@ -578,6 +583,15 @@ func (d *daemon) statusLine() string {
 	return "serving " + d.cfg.Mount + ": " + strings.Join(parts, ", ")
 }
 
+// setValues records cfg's per-namespace value settings for Status.
+func (d *daemon) setValues(cfg config.Config) {
+	m := make(map[string]config.Namespace, len(cfg.Namespaces))
+	for _, ns := range cfg.Namespaces {
+		m[ns.Name] = ns
+	}
+	d.values.Store(&m)
+}
+
 // metricsSnapshot is one scrape's figures: the admin status, so that
 // status and metrics report the same numbers.
 func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
@@ -589,7 +603,7 @@ func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
 	}
 	for _, n := range st.Namespaces {
 		snap.Namespaces = append(snap.Namespaces, metrics.Namespace{Name: n.Name, Objects: n.Objects, Bytes: n.Bytes,
-			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups})
+			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups, TokensFound: n.TokensFound, PrefillAvoidedS: n.PrefillAvoidedS})
 	}
 	if d.g4 != nil {
 		g := d.g4.Stats()
@@ -639,9 +653,17 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	for i := range st.Namespaces {
 		per[st.Namespaces[i].Name] = &st.Namespaces[i]
 	}
+	values := map[string]config.Namespace{}
+	if p := d.values.Load(); p != nil {
+		values = *p
+	}
 	for _, l := range nsLookups {
 		if n := per[l.Namespace]; n != nil {
 			n.Lookups = l.Counts
+			v := values[l.Namespace]
+			n.TokensPerBlock, n.PrefillUsPerToken = v.TokensPerBlock, v.PrefillUsPerToken
+			n.TokensFound = l.HitTotal() * int64(v.TokensPerBlock)
+			n.PrefillAvoidedS = float64(n.TokensFound) * v.PrefillUsPerToken / 1e6
 		}
 	}
 	for _, o := range d.store.Objects() {

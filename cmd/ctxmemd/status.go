@@ -102,6 +102,14 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
+	if s.Prestaged > 0 {
+		useful := 100 * float64(s.PrestageUseful) / float64(s.Prestaged)
+		demand := max(s.Promotions-s.Prestaged, 0)
+		coverage := 100 * float64(s.PrestageUseful) / float64(max(s.PrestageUseful+demand, 1))
+		fmt.Fprintf(tw, "prestage\t%d blocks (%s) brought up: %d read (%.1f%% useful), %d left G2 unread (%s wasted); coverage %.1f%% of lower-tier reads\n",
+			s.Prestaged, config.HumanSize(s.PrestagedBytes), s.PrestageUseful, useful, s.PrestageWasted,
+			config.HumanSize(s.PrestageWastedBytes), coverage)
+	}
 	fmt.Fprintf(tw, "admissions refused\t%d; dropped %s\n", s.AdmissionsDenied, joinCounts(s.Dropped))
 	fmt.Fprintf(tw, "CRC errors\t%d\n", s.CRCErrors)
 	if s.G3PutBytes > 0 {
@@ -127,6 +135,17 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.1f%%\t%.1f%%\t%s\n", n.Name, n.Objects, config.HumanSize(n.Bytes),
 				config.FormatSize(int64(n.BlockSize)), q, n.Lookups.Lookups(), 100*n.Lookups.ServedFromG2(),
 				100*n.Lookups.FoundInAnyTier(), n.ModelID)
+		}
+		for _, n := range st.Namespaces {
+			if n.TokensPerBlock == 0 {
+				continue
+			}
+			saved := ""
+			if n.PrefillUsPerToken > 0 {
+				saved = fmt.Sprintf(", %.1f s of prefill avoided at %g µs/token", n.PrefillAvoidedS, n.PrefillUsPerToken)
+			}
+			fmt.Fprintf(tw, "value %s\t%d tokens found (%d per file)%s; upper bounds: prefix order is not seen here\n",
+				n.Name, n.TokensFound, n.TokensPerBlock, saved)
 		}
 	}
 	if cs := st.Control; cs != nil {
