@@ -53,6 +53,9 @@ type Status struct {
 	// tier and misses (package hitratio has the one definition of hit
 	// ratio, shared with the replay and ctxmem_hit_ratio).
 	Lookups hitratio.Counts `json:"lookups"`
+	// RestoreCost is each lower tier's estimated block read time, the
+	// basis of restore budgets (tiering.Store.ReadCost).
+	RestoreCost map[string]tiering.TierCost `json:"restore_cost,omitempty"`
 	// LookupMisses is Lookups.Misses (kept for older clients).
 	LookupMisses int64 `json:"lookup_misses"`
 	// Control is the control plane (sidecar and scheduler replica), when
@@ -133,6 +136,13 @@ type NamespaceStatus struct {
 	PrefillUsPerToken float64 `json:"prefill_us_per_token,omitempty"`
 	TokensFound       int64   `json:"tokens_found"`
 	PrefillAvoidedS   float64 `json:"prefill_avoided_s"`
+	// RestoreBudget is the namespace's restore_budget (0: none);
+	// RestoreSkipped counts opens answered as misses because their
+	// restore was predicted to take longer (RestoreSkippedPredicted: the
+	// sum of those predictions).
+	RestoreBudget           time.Duration `json:"restore_budget_ns,omitempty"`
+	RestoreSkipped          int64         `json:"restore_skipped"`
+	RestoreSkippedPredicted time.Duration `json:"restore_skipped_predicted_ns"`
 }
 
 // Provider supplies status; the daemon implements it. Control endpoints

@@ -233,6 +233,10 @@ type Namespace struct {
 	// lookup hits into tokens found and prefill time avoided with them.
 	TokensPerBlock    int
 	PrefillUsPerToken float64
+	// RestoreBudget is how long an open for reading may take to bring a
+	// file up from lower tiers; a longer predicted restore is answered as
+	// a miss and the file prestaged (0: no budget).
+	RestoreBudget time.Duration
 }
 
 // PoolTarget is one NVMe-oF target of the pool_targets: list.

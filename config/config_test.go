@@ -211,6 +211,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "key after {}", yaml: "# c\n{}\ndram: banana\n", want: []string{"content after the first document"}},
 		{name: "two documents", yaml: "dram: 1GiB\n---\nlog_level: debug\n", want: []string{"a second YAML document", "line 2"}},
 		{name: "bad tokens_per_block", yaml: "namespaces:\n  - name: a\n    tokens_per_block: many\n", want: []string{"tokens_per_block", "token count"}},
+		{name: "bad restore budget", yaml: "namespaces:\n  - name: a\n    restore_budget: soon\n", want: []string{"restore_budget", "duration"}},
 		{name: "bad prefill cost", yaml: "namespaces:\n  - name: a\n    prefill_us_per_token: -1\n", want: []string{"prefill_us_per_token", "µs per token"}},
 		{name: "unknown ns key", yaml: "namespaces:\n  - name: a\n    modle_id: x\n", want: []string{`unknown key "modle_id"`, `"model_id"`}},
 		{name: "list as scalar", yaml: "dram: [1, 2]\n", want: []string{"dram", "single value"}},
@@ -279,6 +280,7 @@ namespaces:
     tenant: acme
     tokens_per_block: 32
     prefill_us_per_token: 45.5
+    restore_budget: 20ms
   - name: scratch
     mode: 01777
 `)
@@ -291,7 +293,7 @@ namespaces:
 	}
 	want := Namespace{Name: "llama8b", UID: 1000, GID: 1001, Mode: 0o750, Quota: 100 << 30, BlockSize: 2 << 20,
 		ModelID: "meta-llama/Llama-3.1-8B", ModelRevision: "0e9e39f", TokenizerRevision: "1a2b",
-		KVDtype: "bfloat16", LayoutVersion: "1", Tenant: "acme", TokensPerBlock: 32, PrefillUsPerToken: 45.5}
+		KVDtype: "bfloat16", LayoutVersion: "1", Tenant: "acme", TokensPerBlock: 32, PrefillUsPerToken: 45.5, RestoreBudget: 20 * time.Millisecond}
 	if c.Namespaces[0] != want {
 		t.Errorf("ns0 = %+v\nwant %+v", c.Namespaces[0], want)
 	}

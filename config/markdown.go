@@ -25,7 +25,7 @@ func MarkdownTable() string {
 		row("`"+o.Key+"`", "`--"+o.Flag+"`", "`"+o.Env+"`", "`"+o.Default+"`", o.Help)
 	}
 	row("`namespaces`", "—", "—", "`[]`",
-		"YAML only: list of {name, uid, gid, mode (octal string), quota, block_size, model_id, model_revision, tokenizer_revision, kv_dtype, layout_version, tenant, kv_layout, tokens_per_block, prefill_us_per_token}")
+		"YAML only: list of {name, uid, gid, mode (octal string), quota, block_size, model_id, model_revision, tokenizer_revision, kv_dtype, layout_version, tenant, kv_layout, tokens_per_block, prefill_us_per_token, restore_budget}")
 	row("`pool_targets`", "—", "—", "`[]`",
 		"YAML only: NVMe-oF targets attached at start, list of {transport (tcp, rdma), address, service_id (4420), nqn, host_nqn}; the first namespace found is the pool when `pool` is empty")
 	return b.String()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -16,7 +17,7 @@ import (
 // namespaceKeys are the keys a namespaces: entry may have.
 func namespaceKeys() []string {
 	return []string{"name", "uid", "gid", "mode", "quota", "block_size", "model_id", "model_revision",
-		"tokenizer_revision", "kv_dtype", "layout_version", "tenant", "kv_layout", "tokens_per_block", "prefill_us_per_token"}
+		"tokenizer_revision", "kv_dtype", "layout_version", "tenant", "kv_layout", "tokens_per_block", "prefill_us_per_token", "restore_budget"}
 }
 
 // applyYAML sets c from a YAML document: a mapping of option keys to
@@ -232,6 +233,12 @@ func setNamespaceField(ns *Namespace, key, val string) error {
 			return fmt.Errorf("%q is not a non-negative token count", val)
 		}
 		ns.TokensPerBlock = n
+	case "restore_budget":
+		d, err := time.ParseDuration(strings.TrimSpace(val))
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q is not a non-negative Go duration such as 20ms", val)
+		}
+		ns.RestoreBudget = d
 	case "prefill_us_per_token":
 		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
 )
@@ -50,6 +51,9 @@ type Backend interface {
 	// ServingTier names the slowest tier a whole read of the object needs
 	// now ("G2" when every block is in memory, or it has none).
 	ServingTier(id tiering.ObjectID) (string, error)
+	// RestoreEstimate predicts how long reading the whole object would
+	// take now, and the slowest tier it needs.
+	RestoreEstimate(id tiering.ObjectID) (time.Duration, string, error)
 	// Heat is the object's mean block heat, 0–100.
 	Heat(id tiering.ObjectID) (float64, error)
 	// Capacity reports total and free bytes (statfs).

@@ -222,6 +222,21 @@ func (b *fakeBackend) ServingTier(id tiering.ObjectID) (string, error) {
 	return hitratio.SlowestTier(strings.Join(tiers, " ")), nil
 }
 
+// RestoreEstimate is 10 ms per block outside G2 (set with setTier).
+func (b *fakeBackend) RestoreEstimate(id tiering.ObjectID) (time.Duration, string, error) {
+	tiers, err := b.BlockTiers(id)
+	if err != nil {
+		return 0, "", err
+	}
+	var d time.Duration
+	for _, t := range tiers {
+		if t != tiering.TierG2 && t != tiering.TierHole {
+			d += 10 * time.Millisecond
+		}
+	}
+	return d, hitratio.SlowestTier(strings.Join(tiers, " ")), nil
+}
+
 func (b *fakeBackend) Heat(id tiering.ObjectID) (float64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -148,6 +148,9 @@ func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 			return nil, 0, e
 		}
 	}
+	if fn.fsys.skipRestore(fn.n, flags) {
+		return nil, 0, syscall.ENOENT // a miss: see restore.go
+	}
 	fn.fsys.countOpen(fn.n, flags)
 	return fn.fsys.open(ctx, fn.n, flags)
 }

@@ -26,6 +26,10 @@ import (
 type lookupCounts struct {
 	hits          [4]atomic.Int64 // by hitratio.Tiers() order
 	enoent, probe atomic.Int64
+	// skipped counts opens answered as misses because their restore
+	// would exceed the namespace's budget (restore.go), and predictedNs
+	// sums their predicted restore times.
+	skipped, predictedNs atomic.Int64
 }
 
 // hit counts one hit served from tier (a hitratio tier name).

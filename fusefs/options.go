@@ -180,6 +180,13 @@ type Options struct {
 	// It must be safe for concurrent use and fast (it runs on the request
 	// path). Passthrough reads and writes never reach the daemon.
 	ObserveLatency func(op string, d time.Duration)
+	// RestoreBudget, when set, returns how long an open for reading in
+	// namespace ns may take to bring its file up from lower tiers (0: no
+	// limit). An open whose Backend.RestoreEstimate exceeds it is answered
+	// ENOENT at once, as a miss (the engine recomputes), and the file is
+	// prestaged in the background so that the next open finds it in G2
+	// (restore.go). Must be fast and safe for concurrent use.
+	RestoreBudget func(ns string) time.Duration
 	// Remote, when set, resolves names a namespace does not hold locally:
 	// a lookup of a missing name inside a namespace asks it and links
 	// what it shares as a local directory or file (see Remote). Failed

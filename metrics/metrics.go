@@ -13,6 +13,7 @@
 //	hit_ratio{kind="served_from_g2"|"found_in_any_tier"}                 gauges (0–1, since start; package hitratio)
 //	lookup_hits_total{namespace,tier}, lookup_misses_total{namespace}    counters
 //	namespace_objects{namespace}, namespace_bytes{namespace}, namespace_quota_bytes{namespace} gauges
+//	restore_skipped_total{namespace} counter; tier_block_read_seconds{tier} gauge
 //	prestage_blocks_total{result="staged"|"useful"|"wasted"}, prestage_wasted_bytes_total counters
 //	namespace_tokens_found_total{namespace}, namespace_prefill_avoided_seconds_total{namespace} counters
 //	nbd_connections_total, nbd_requests_total, nbd_request_errors_total, nbd_bytes_total{direction} counters; nbd_active_connections gauge
@@ -54,6 +55,8 @@ type Snapshot struct {
 	NBD *NBD
 	// Control is the control plane's counters; nil without one.
 	Control *Control
+	// ReadCost is each lower tier's estimated block read time.
+	ReadCost []TierReadCost
 	// G4Evicted and G4Expired count blocks G4 deleted for its size bound
 	// (g4_size) and for age (g4_ttl).
 	G4Evicted, G4Expired int64
@@ -87,6 +90,15 @@ type Namespace struct {
 	// (admin.NamespaceStatus); 0 without tokens_per_block.
 	TokensFound     int64
 	PrefillAvoidedS float64
+	// RestoreSkipped counts opens answered as misses by the namespace's
+	// restore budget.
+	RestoreSkipped int64
+}
+
+// TierReadCost is a lower tier's estimated block read time in a Snapshot.
+type TierReadCost struct {
+	Tier    string
+	Seconds float64
 }
 
 // Passthrough is the FUSE front end's passthrough state in a Snapshot.
@@ -124,6 +136,7 @@ type descs struct {
 	ctlConnected, ctlMsgs, ctlCmds, ctlDropped, ctlQueued     *prometheus.Desc
 	ctlLeader, g4Removed, nsTokens, nsPrefill                 *prometheus.Desc
 	prestage, prestageWasted                                  *prometheus.Desc
+	restoreSkipped, readCost                                  *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -197,6 +210,10 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 			"prefill_us_per_token), an upper bound.", "namespace"),
 		prestage: newDesc("prestage_blocks_total", "Blocks prestage brought up to G2 (result=staged), of them read before leaving G2 (useful) "+
 			"and freed unread (wasted).", "result"),
+		restoreSkipped: newDesc("restore_skipped_total", "Opens for reading answered as misses (ENOENT) because the file's predicted restore "+
+			"exceeded the namespace's restore_budget; the file is prestaged meanwhile.", "namespace"),
+		readCost: newDesc("tier_block_read_seconds", "Estimated time of one block read from the tier (moving average of reads; "+
+			"a default before the first), the basis of restore budgets.", "tier"),
 		prestageWasted: newDesc("prestage_wasted_bytes_total", "Bytes of prestaged blocks that left G2 unread."),
 		nsObjects:      newDesc("namespace_objects", "Files (objects) in the namespace.", "namespace"),
 		nsBytes:        newDesc("namespace_bytes", "Bytes of file data in the namespace.", "namespace"),
@@ -216,7 +233,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
 		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
-		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted} {
+		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted,
+		d.restoreSkipped, d.readCost} {
 		ch <- x
 	}
 }
@@ -247,6 +265,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, t := range hitratio.Tiers() {
 			counter(d.lookupHits, n.Lookups.Hits[t], n.Name, t)
 		}
+		counter(d.restoreSkipped, n.RestoreSkipped, n.Name)
 		counter(d.nsTokens, n.TokensFound, n.Name)
 		ch <- prometheus.MustNewConstMetric(d.nsPrefill, prometheus.CounterValue, n.PrefillAvoidedS, n.Name)
 		gauge(d.nsObjects, float64(n.Objects), n.Name)
@@ -254,6 +273,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if n.QuotaBytes > 0 {
 			gauge(d.nsQuota, float64(n.QuotaBytes), n.Name)
 		}
+	}
+	for _, c := range s.ReadCost {
+		gauge(d.readCost, c.Seconds, c.Tier)
 	}
 	counter(d.prestage, s.Stats.Prestaged, "staged")
 	counter(d.prestage, s.Stats.PrestageUseful, "useful")

@@ -41,9 +41,10 @@ func snapshot(objects int64) Snapshot {
 		NBD:       &NBD{Connections: 3, ActiveConnections: 1, Requests: 100, Errors: 2, BytesRead: 4096, BytesWritten: 8192},
 		Control:   &Control{Connected: true, Published: 7, Applied: 5, Failed: 1, DroppedEvents: 2, QueuedByte: 300, SchedulerLeader: 1},
 		G4Evicted: 11, G4Expired: 4,
+		ReadCost: []TierReadCost{{Tier: "G4", Seconds: 0.05}},
 		Namespaces: []Namespace{
 			{Name: "default", Objects: objects, Bytes: 4096, Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 6, "G3": 2}, Misses: 12},
-				TokensFound: 4096, PrefillAvoidedS: 0.25},
+				TokensFound: 4096, PrefillAvoidedS: 0.25, RestoreSkipped: 3},
 			{Name: "q", QuotaBytes: 1 << 30},
 		},
 	}
@@ -145,6 +146,8 @@ func TestScrape(t *testing.T) {
 		{"ctxmem_namespace_prefill_avoided_seconds_total", []string{"namespace=default"}, 0.25},
 		{"ctxmem_prestage_blocks_total", []string{"result=useful"}, 7},
 		{"ctxmem_prestage_wasted_bytes_total", nil, 8192},
+		{"ctxmem_restore_skipped_total", []string{"namespace=default"}, 3},
+		{"ctxmem_tier_block_read_seconds", []string{"tier=G4"}, 0.05},
 		{"ctxmem_nbd_requests_total", nil, 100},
 		{"ctxmem_nbd_active_connections", nil, 1},
 		{"ctxmem_nbd_bytes_total", []string{"direction=write"}, 8192},

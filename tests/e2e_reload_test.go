@@ -195,12 +195,12 @@ func TestE2EConfigReloadLive(t *testing.T) {
 	f.replace(conf("128MiB", "25"))
 	f.waitCapacity("G3", 128<<20, "shrink G3")
 
-	// A size G3 refuses (one 32 MiB segment under the 0.8 watermark)
-	// keeps the whole running config: the heat change made in the same
-	// edit is set back.
+	// A size too small for G3 (one 32 MiB segment under the 0.8
+	// watermark) is refused by validation and keeps the whole running
+	// config: the heat change made in the same edit is not applied.
 	m = f.mark()
 	f.replace(conf("40MiB", "20"))
-	f.waitLog(m, "G3 limits refused", "keeping the running config")
+	f.waitLog(m, "keeping the running config", "g3_size: 40MiB holds fewer than two 32MiB segments")
 	if c := f.capacity("G3"); c != 128<<20 {
 		t.Fatalf("refused g3_size: capacity %d, want 128MiB", c)
 	}

@@ -46,11 +46,16 @@ const maxFailTime = 15 * time.Second
 
 // s3URL returns the --g4 URL of srv with prefix (path-escaped per segment).
 func s3URL(srv *s3test.Server, bucket, prefix string) string {
+	return s3URLAt(srv.Endpoint, bucket, prefix)
+}
+
+// s3URLAt is s3URL with another endpoint (host:port), e.g. a proxy.
+func s3URLAt(endpoint, bucket, prefix string) string {
 	segs := strings.Split(prefix, "/")
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
-	q := url.Values{"endpoint": {srv.Endpoint}, "path_style": {"true"}, "insecure": {"true"}, "region": {s3test.Region}}
+	q := url.Values{"endpoint": {endpoint}, "path_style": {"true"}, "insecure": {"true"}, "region": {s3test.Region}}
 	return "s3://" + bucket + "/" + strings.Join(segs, "/") + "?" + q.Encode()
 }
 

@@ -150,8 +150,10 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 		if !c.has || c.t == nil {
 			continue
 		}
+		t0 := time.Now()
 		n, err := c.t.Get(ctx, k, dst, off)
 		if err == nil {
+			s.noteRead(c.ti, time.Since(t0))
 			clear(dst[n:])
 			return c.ti, nil
 		}

@@ -242,7 +242,9 @@ type Store struct {
 
 	g4recState // G4's recovery when Open could not list it (g4recover.go)
 
-	c      counters
+	c counters
+	// cost is the per-tier restore cost estimate (cost.go).
+	cost   [nTiers]tierCost
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

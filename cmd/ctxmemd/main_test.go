@@ -155,8 +155,10 @@ func TestStatus(t *testing.T) {
 			Promotions: 12, Prestaged: 10, PrestagedBytes: 10 << 20, PrestageUseful: 6, PrestageWasted: 3, PrestageWastedBytes: 3 << 20},
 		Namespaces: []admin.NamespaceStatus{{Name: "llama", Objects: 7, Bytes: 5 << 20, BlockSize: 256 << 10,
 			Lookups:        hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
-			TokensPerBlock: 512, PrefillUsPerToken: 40, TokensFound: 2048, PrefillAvoidedS: 0.08192}},
-		Lookups: hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
+			TokensPerBlock: 512, PrefillUsPerToken: 40, TokensFound: 2048, PrefillAvoidedS: 0.08192,
+			RestoreBudget: 20 * time.Millisecond, RestoreSkipped: 2, RestoreSkippedPredicted: 90 * time.Millisecond}},
+		RestoreCost: map[string]tiering.TierCost{"G3": {BlockRead: 300 * time.Microsecond, Samples: 5}, "G4": {BlockRead: 50 * time.Millisecond}},
+		Lookups:     hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -200,7 +202,8 @@ func TestStatus(t *testing.T) {
 		"served from G2 37.5%, found in any tier 50.0% (of 8 lookups: hits G2 3, G3 1, G3.5 0, G4 0; misses 4)",
 		"10 by tier: G2 8, G4 1; 1 found in no tier (lost)", "CRC errors", "llama", "8        37.5%  50.0%",
 		"2048 tokens found (512 per file), 0.1 s of prefill avoided at 40 µs/token",
-		"10 blocks (10.0 MiB) brought up: 6 read (60.0% useful), 3 left G2 unread (3.0 MiB wasted); coverage 75.0% of lower-tier reads"} {
+		"10 blocks (10.0 MiB) brought up: 6 read (60.0% useful), 3 left G2 unread (3.0 MiB wasted); coverage 75.0% of lower-tier reads",
+		"per block read: G3 300µs, G4 50ms (default)", "20ms: 2 opens answered as misses (predicted 45ms on average)"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status output lacks %q:\n%s", w, out)
 		}

@@ -293,6 +293,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
 		ObserveLatency:    d.lat.ObserveFUSE,
+		RestoreBudget:     d.restoreBudget,
 		Namespaces:        fuseNamespaces(cfg),
 		TreePath:          filepath.Join(cfg.DataDir, "tree.db"),
 		Remote:            d.remote(),
@@ -583,6 +584,15 @@ func (d *daemon) statusLine() string {
 	return "serving " + d.cfg.Mount + ": " + strings.Join(parts, ", ")
 }
 
+// restoreBudget is fusefs.Options.RestoreBudget: the namespace's
+// restore_budget (live: a reload replaces the table).
+func (d *daemon) restoreBudget(ns string) time.Duration {
+	if p := d.values.Load(); p != nil {
+		return (*p)[ns].RestoreBudget
+	}
+	return 0
+}
+
 // setValues records cfg's per-namespace value settings for Status.
 func (d *daemon) setValues(cfg config.Config) {
 	m := make(map[string]config.Namespace, len(cfg.Namespaces))
@@ -603,7 +613,11 @@ func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
 	}
 	for _, n := range st.Namespaces {
 		snap.Namespaces = append(snap.Namespaces, metrics.Namespace{Name: n.Name, Objects: n.Objects, Bytes: n.Bytes,
-			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups, TokensFound: n.TokensFound, PrefillAvoidedS: n.PrefillAvoidedS})
+			QuotaBytes: n.QuotaBytes, Lookups: n.Lookups, TokensFound: n.TokensFound, PrefillAvoidedS: n.PrefillAvoidedS,
+			RestoreSkipped: n.RestoreSkipped})
+	}
+	for name, c := range st.RestoreCost {
+		snap.ReadCost = append(snap.ReadCost, metrics.TierReadCost{Tier: name, Seconds: c.BlockRead.Seconds()})
 	}
 	if d.g4 != nil {
 		g := d.g4.Stats()
@@ -657,9 +671,16 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	if p := d.values.Load(); p != nil {
 		values = *p
 	}
+	var skips map[string]fusefs.RestoreSkips
+	if d.fuse != nil {
+		_, skips = d.fuse.RestoreSkips()
+	}
+	st.RestoreCost = d.store.ReadCost()
 	for _, l := range nsLookups {
 		if n := per[l.Namespace]; n != nil {
 			n.Lookups = l.Counts
+			n.RestoreBudget = values[l.Namespace].RestoreBudget
+			n.RestoreSkipped, n.RestoreSkippedPredicted = skips[l.Namespace].Skipped, skips[l.Namespace].Predicted
 			v := values[l.Namespace]
 			n.TokensPerBlock, n.PrefillUsPerToken = v.TokensPerBlock, v.PrefillUsPerToken
 			n.TokensFound = l.HitTotal() * int64(v.TokensPerBlock)

@@ -99,6 +99,19 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "hit ratio\t%s %.1f%%, %s %.1f%% (of %d lookups: hits %s; misses %d)\n",
 		hitratio.LabelG2, 100*l.ServedFromG2(), hitratio.LabelAny, 100*l.FoundInAnyTier(), l.Lookups(), tierCounts(l.Hits), l.Misses)
 	fmt.Fprintf(tw, "blocks read\t%d by tier: %s; %d found in no tier (lost)\n", s.BlockReads, joinCounts(s.BlockHits), s.BlockMisses)
+	if len(st.RestoreCost) > 0 {
+		var parts []string
+		for _, t := range hitratio.Tiers()[1:] {
+			if c, ok := st.RestoreCost[t]; ok {
+				note := ""
+				if c.Samples == 0 {
+					note = " (default)"
+				}
+				parts = append(parts, fmt.Sprintf("%s %v%s", t, c.BlockRead.Round(time.Microsecond), note))
+			}
+		}
+		fmt.Fprintf(tw, "restore cost\tper block read: %s\n", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
@@ -137,6 +150,14 @@ func writeStatus(w io.Writer, st admin.Status) error {
 				100*n.Lookups.FoundInAnyTier(), n.ModelID)
 		}
 		for _, n := range st.Namespaces {
+			if n.RestoreBudget > 0 {
+				avg := time.Duration(0)
+				if n.RestoreSkipped > 0 {
+					avg = n.RestoreSkippedPredicted / time.Duration(n.RestoreSkipped)
+				}
+				fmt.Fprintf(tw, "restore budget %s\t%v: %d opens answered as misses (predicted %v on average), prestaged meanwhile\n",
+					n.Name, n.RestoreBudget, n.RestoreSkipped, avg.Round(time.Microsecond))
+			}
 			if n.TokensPerBlock == 0 {
 				continue
 			}
