@@ -58,6 +58,9 @@ type Status struct {
 	RestoreCost map[string]tiering.TierCost `json:"restore_cost,omitempty"`
 	// LookupMisses is Lookups.Misses (kept for older clients).
 	LookupMisses int64 `json:"lookup_misses"`
+	// Curves are the online miss-ratio curves of the KV lookups
+	// (curves.go, package mrc).
+	Curves *Curves `json:"curves,omitempty"`
 	// Control is the control plane (sidecar and scheduler replica), when
 	// the daemon runs one.
 	Control *ControlStatus `json:"control,omitempty"`

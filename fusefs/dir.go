@@ -60,6 +60,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			// the kernel's lookup before creating a name always comes,
 			// so each creation's probe has its ENOENT to cancel.
 			d.fsys.lookupMiss(d.n.ns)
+			d.fsys.curveMiss(d.n, name)
 			uncachedENOENT(out)
 		}
 		// At the root, go-fuse turns ENOENT into a cached negative
@@ -212,6 +213,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	defer d.fsys.observe("create", time.Now())
 	d.fsys.createProbe(d.n.ns)
+	d.fsys.curveProbe(d.n, name)
 	n, e := d.newFile(ctx, name, mode)
 	if e != 0 {
 		return nil, nil, 0, e
@@ -240,6 +242,7 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 // Mknod makes regular files only; other node types are EPERM.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.fsys.createProbe(d.n.ns)
+	d.fsys.curveProbe(d.n, name)
 	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
 		return nil, syscall.EPERM
 	}
@@ -254,6 +257,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	defer d.fsys.observe("mkdir", time.Now())
 	d.fsys.createProbe(d.n.ns)
+	d.fsys.curveProbe(d.n, name)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -271,6 +275,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 // Symlink makes a symbolic link.
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.fsys.createProbe(d.n.ns)
+	d.fsys.curveProbe(d.n, name)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -290,6 +295,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 // across namespaces); it also names an O_TMPFILE file.
 func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.fsys.createProbe(d.n.ns)
+	d.fsys.curveProbe(d.n, name)
 	if e := d.writable(); e != 0 {
 		return nil, e
 	}
@@ -486,6 +492,7 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 	dst := nd.dir.get(newName)
 	if dst == nil {
 		f.createProbe(nd.ns) // the kernel looked newName up first
+		f.curveProbe(nd, newName)
 	}
 	ts := now()
 	var ops []op

@@ -148,6 +148,7 @@ func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 			return nil, 0, e
 		}
 	}
+	fn.fsys.curveOpen(fn.n, flags)
 	if fn.fsys.skipRestore(fn.n, flags) {
 		return nil, 0, syscall.ENOENT // a miss: see restore.go
 	}

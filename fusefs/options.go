@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/mrc"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -180,6 +181,9 @@ type Options struct {
 	// It must be safe for concurrent use and fast (it runs on the request
 	// path). Passthrough reads and writes never reach the daemon.
 	ObserveLatency func(op string, d time.Duration)
+	// Curves, when set, gets every KV lookup (hit or miss) as a reference
+	// for the online miss-ratio curves (curves.go, package mrc).
+	Curves *mrc.Set
 	// RestoreBudget, when set, returns how long an open for reading in
 	// namespace ns may take to bring its file up from lower tiers (0: no
 	// limit). An open whose Backend.RestoreEstimate exceeds it is answered

@@ -51,6 +51,9 @@ type Snapshot struct {
 	Lookups hitratio.Counts
 	// Namespaces are the served namespaces, with their lookups.
 	Namespaces []Namespace
+	// Curves are the online miss-ratio curves (curves.go): the total
+	// (Namespace "") and per namespace.
+	Curves []Curve
 	// NBD is the block-device front end's counters; nil without NBD.
 	NBD *NBD
 	// Control is the control plane's counters; nil without one.
@@ -233,16 +236,18 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
 		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
-		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted,
-		d.restoreSkipped, d.readCost} {
+		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted, d.restoreSkipped, d.readCost} {
 		ch <- x
 	}
+	ch <- reuseDistance
+	ch <- nsReuseDistance
 }
 
 // Collect takes one snapshot and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.snap()
 	d := c.descs
+	collectCurves(ch, s.Curves)
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}

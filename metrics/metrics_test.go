@@ -298,6 +298,7 @@ func TestReadmeMetricsServed(t *testing.T) {
 	s.Passthrough = &Passthrough{On: true}
 	s.Tiers[2].Recovering = true
 	s.Tiers[1].Degraded = true
+	s.Curves = testCurves()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

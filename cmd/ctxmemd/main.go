@@ -4,6 +4,7 @@
 //	ctxmemd status   show a running daemon's tiers and counters (admin socket)
 //	ctxmemd replay   replay a request trace against a mount, verifying every byte
 //	ctxmemd sim      simulate cache sizes and policies on a trace (no mount needed; table, JSON or CSV)
+//	ctxmemd curve    hit ratio versus capacity (miss-ratio curve) of a daemon or a trace, as SVG or CSV
 //	ctxmemd top      live rates per tier of a running daemon
 //	ctxmemd bench    the KV-cache and fio jobs on any directory, beside a reference
 //	ctxmemd ls|du    where files are, by tier
@@ -116,6 +117,7 @@ func newApp(stdout, stderr io.Writer, usageErr *bool) *cli.App {
 		statusCommand(),
 		replayCommand(),
 		simCommand(),
+		curveCommand(),
 		nbdCommand(),
 		schedulerCommand(),
 		prestageCommand(),

@@ -23,6 +23,7 @@ import (
 	"github.com/ctxmem/ctxmemd/fabric"
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/metrics"
+	"github.com/ctxmem/ctxmemd/mrc"
 	"github.com/ctxmem/ctxmemd/nbd"
 	"github.com/ctxmem/ctxmemd/service"
 	"github.com/ctxmem/ctxmemd/sidecar"
@@ -67,6 +68,9 @@ type daemon struct {
 
 	wg   sync.WaitGroup
 	errs chan error // fatal errors of owned goroutines
+
+	// curves are the online miss-ratio curves of the mount (curve.go).
+	curves *mrc.Set
 }
 
 // runDaemon starts ctxmemd with cfg and serves until the context of c ends
@@ -204,6 +208,7 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 // open builds the tiers, the core and the front ends, in that order.
 func (d *daemon) open(ctx context.Context) error {
 	d.lat = metrics.NewLatencies()
+	d.curves = mrc.NewSet(mrc.Config{})
 	cfg := d.cfg
 	var storeRef atomic.Pointer[tiering.Store]
 	var t3, t4, t35 tier.Tier
@@ -293,6 +298,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	fs, err := fusefs.Mount(ctx, cfg.Mount, st, fusefs.Options{
 		ObserveLatency:    d.lat.ObserveFUSE,
+		Curves:            d.curves,
 		RestoreBudget:     d.restoreBudget,
 		Namespaces:        fuseNamespaces(cfg),
 		TreePath:          filepath.Join(cfg.DataDir, "tree.db"),
@@ -607,6 +613,7 @@ func (d *daemon) setValues(cfg config.Config) {
 func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
 	st, _ := d.Status(ctx)
 	snap := metrics.Snapshot{Tiers: st.Tiers, Stats: st.Stats, Lookups: st.Lookups}
+	snap.Curves = metricsCurves(st.Curves)
 	if d.fuse != nil {
 		p := st.Passthrough
 		snap.Passthrough = &metrics.Passthrough{On: p.On, DaemonReads: p.DaemonReads, DaemonWrites: p.DaemonWrites}
@@ -693,6 +700,7 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 			n.Bytes += o.Size
 		}
 	}
+	st.Curves = curveStatus(d.curves, st.Namespaces)
 	return st, nil
 }
 
