@@ -114,8 +114,8 @@ func table() []Option {
 			setBool(func(c *Config) *bool { return &c.PassthroughWrites }), getBool(func(c *Config) *bool { return &c.PassthroughWrites })),
 		opt("passthrough_max_bytes", "256MiB", "largest file served by passthrough (an open brings the whole file into G2 first); larger files go through the daemon",
 			setSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes }), getSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes })),
-		opt("passthrough_max_files", "4096", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first)",
-			setCount(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCount(func(c *Config) *int { return &c.PassthroughMaxFiles })),
+		opt("passthrough_max_files", "auto", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first); auto = min(65536, (open-file limit - 4096) / 2, vm.max_map_count / 4), at least 1024",
+			setCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles })),
 		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay }), getDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay })),
 		opt("heat_half_life", "60s", "half-life of the block heat score",
@@ -356,6 +356,32 @@ func setCount(f func(*Config) *int) func(*Config, string) error {
 		}
 		*f(c) = n
 		return nil
+	}
+}
+
+// setCountOrAuto is setCount that also takes "auto" (stored as 0: the
+// consumer computes the value).
+func setCountOrAuto(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if strings.EqualFold(strings.TrimSpace(v), "auto") {
+			*f(c) = 0
+			return nil
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not auto or a positive whole number", v)
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+func getCountOrAuto(f func(*Config) *int) func(*Config) string {
+	return func(c *Config) string {
+		if *f(c) == 0 {
+			return "auto"
+		}
+		return strconv.Itoa(*f(c))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,12 +57,34 @@ var ErrNoPassthrough = errors.New("object not served by passthrough")
 // DefaultPassthroughMaxBytes is Config.PassthroughMaxBytes' default.
 const DefaultPassthroughMaxBytes = 256 << 20
 
-// DefaultPassthroughMaxFiles is Config.PassthroughMaxFiles' default. Each
-// memory file costs the daemon a descriptor and at least one mapping (the
-// kernel's vm.max_map_count, 65530 by default, bounds mappings), so only
-// so many objects keep one; the least recently closed give theirs up
-// first (their blocks move back to ordinary G2 buffers).
-const DefaultPassthroughMaxFiles = 4096
+// DefaultPassthroughMaxFiles is the floor of Config.PassthroughMaxFiles'
+// default (AutoPassthroughMaxFiles). Each memory file costs the daemon a
+// descriptor and at least one mapping (the kernel's vm.max_map_count,
+// 65530 by default, bounds mappings), so only so many objects keep one;
+// the least recently closed give theirs up first (their blocks move back
+// to ordinary G2 buffers, a copy each: past the bound every new file costs
+// an older one that move, so the bound should cover the files G2 holds).
+const DefaultPassthroughMaxFiles = 1024
+
+// AutoPassthroughMaxFiles is Config.PassthroughMaxFiles' default: as many
+// memory files as this process can afford, min(65536, (RLIMIT_NOFILE soft
+// limit − 4096) / 2, vm.max_map_count / 4), and at least
+// DefaultPassthroughMaxFiles. Half the descriptors and a quarter of the
+// mappings stay for everything else (G3 segments, FUSE, sockets, the Go
+// heap).
+func AutoPassthroughMaxFiles() int {
+	n := 65536
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 1<<31 {
+		n = min(n, (int(rl.Cur)-4096)/2)
+	}
+	if b, err := os.ReadFile("/proc/sys/vm/max_map_count"); err == nil {
+		if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m > 0 {
+			n = min(n, m/4)
+		}
+	}
+	return max(n, DefaultPassthroughMaxFiles)
+}
 
 // ptFiles tracks the objects that have a memory file (Store.pt).
 type ptFiles struct {

@@ -133,7 +133,7 @@ func (s *Store) recover() error {
 	if rec4 != nil {
 		s.g4rec = rec4
 	}
-	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage, "g4_listed", rec4 == nil)
+	s.log.Info("tiering store recovered", "objects", len(s.objects), "lost", len(lost), "garbage_blocks", garbage, "g4_listed", rec4 == nil, "passthrough_max_files", s.cfg.PassthroughMaxFiles)
 	return nil
 }
 

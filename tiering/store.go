@@ -148,7 +148,7 @@ func (c *Config) setDefaults() error {
 		c.WriteTimeout = 30 * time.Second
 	}
 	if c.PassthroughMaxFiles == 0 {
-		c.PassthroughMaxFiles = DefaultPassthroughMaxFiles
+		c.PassthroughMaxFiles = AutoPassthroughMaxFiles()
 	}
 	if c.PassthroughMaxBytes == 0 {
 		c.PassthroughMaxBytes = DefaultPassthroughMaxBytes
