@@ -37,7 +37,9 @@ func simCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: "Policies: lru, lru2, arc, opt, lru-oracle, wtinylfu[:window=F,protected=F,sample=N], " +
 			"policy[:order=decay|lru2|lru,halflife=D,sample=N,admit=on|off,reuse=N] (the daemon's heat policy; reuse is " +
-			"the G3 write filter's threshold, 0 writes every G2 victim to G3). Repeat --policy for several.\n\n" +
+			"the G3 write filter's threshold, 0 writes every G2 victim to G3), adaptive[:halflife=D,sample=N,admit=on|off,reuse=N] " +
+			"(the heat policy following the better of its decay order and LRU, measured on sampled shadow caches). " +
+			"Repeat --policy for several. --synthetic SHAPE[,SEED] replays a generated trace (recency, scan, zipf, loop, mix) instead.\n\n" +
 			"Sizes are bytes with binary units (4GiB, 512MiB, 1.5G); a tier of S bytes holds floor(S / --block-size) " +
 			"blocks. Every combination of --g2 and --g3 sizes is simulated with every policy. With a G3 (--g3 > 0) " +
 			"each tier runs its own instance of the policy: a reference G2 lacks is looked up in G3, and a block " +
@@ -64,6 +66,8 @@ func simCommand() *cli.Command {
 				DefaultText: "the daemon's block_size default, " + config.FormatSize(defaultSimBlockSize())},
 			&cli.StringFlag{Name: "capacity", Usage: "G2 sizes in blocks, comma-separated (older form; not with --g2 or --g3)"},
 			&cli.StringSliceFlag{Name: "policy", Usage: "policy spec (repeatable)", Value: cli.NewStringSlice(sim.DefaultPolicies()...)},
+			&cli.StringFlag{Name: "synthetic", Usage: "replay a generated trace instead: SHAPE[,SEED] with SHAPE one of " +
+				strings.Join(sim.SyntheticShapes(), ", ") + " (seed default 1)"},
 			&cli.IntFlag{Name: "requests", Usage: "simulate only the first N requests (0 = all)"},
 			&cli.StringFlag{Name: "format", Usage: "output format: table, json or csv", Value: simTable},
 			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
@@ -248,23 +252,16 @@ func simAction(c *cli.Context) error {
 		w = out
 	}
 
-	f, err := traces.Open(c.String("trace")) // decompresses gzip, so firstLines sees lines
-	if err != nil {
-		return withCode(exitUsage, err)
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if n := c.Int("requests"); n > 0 {
-		if r, err = firstLines(f, n); err != nil {
-			return withCode(exitFailure, err)
+	var tr *sim.Trace
+	if spec := c.String("synthetic"); spec != "" {
+		if c.IsSet("trace") || c.IsSet("requests") {
+			return withCode(exitUsage, errors.New("--synthetic generates the trace: it cannot be combined with --trace or --requests"))
 		}
-	}
-	tr, err := sim.Load(r)
-	if errors.Is(err, sim.ErrTrace) {
-		return withCode(exitUsage, fmt.Errorf("%s: %w", traces.Name(c.String("trace")), err))
-	}
-	if err != nil {
-		return withCode(exitFailure, err)
+		if tr, err = sim.ParseSynthetic(spec); err != nil {
+			return withCode(exitUsage, fmt.Errorf("--synthetic %q: %w", spec, err))
+		}
+	} else if tr, err = loadSimTrace(c); err != nil {
+		return err
 	}
 
 	var rows []simResult
@@ -306,6 +303,31 @@ func simAction(c *cli.Context) error {
 		out = nil
 	}
 	return nil
+}
+
+// loadSimTrace loads --trace (or the bundled trace), its first --requests
+// requests when set.
+func loadSimTrace(c *cli.Context) (*sim.Trace, error) {
+	f, err := traces.Open(c.String("trace")) // decompresses gzip, so firstLines sees lines
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if n := c.Int("requests"); n > 0 {
+		if r, err = firstLines(f, n); err != nil {
+			return nil, withCode(exitFailure, err)
+		}
+	}
+	tr, err := sim.Load(r)
+	if errors.Is(err, sim.ErrTrace) {
+		return nil, withCode(exitUsage, fmt.Errorf("%s: %w", traces.Name(c.String("trace")), err))
+	}
+	if err != nil {
+		return nil, withCode(exitFailure, err)
+	}
+
+	return tr, nil
 }
 
 // writeSimResults prints rows in format; blocksMode selects the table of

@@ -136,12 +136,17 @@ type ref struct {
 	block uint64
 	i     int
 	nanos int64
+	depth int32 // position in the request's prefix chain
 }
 
 // ref returns reference i of t, block b: it happens at its request's
 // timestamp plus i nanoseconds, so that times are strictly increasing.
 func (t *Trace) ref(i int, b uint64) ref {
-	return ref{block: b, i: i, nanos: t.Millis[i]*int64(time.Millisecond) + int64(i)}
+	r := ref{block: b, i: i, nanos: t.Millis[i]*int64(time.Millisecond) + int64(i)}
+	if i < len(t.Depth) {
+		r.depth = t.Depth[i]
+	}
+	return r
 }
 
 // cache is one simulated policy, usable as a tier. lookup replays a
@@ -248,16 +253,29 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		c = newARC(capacity)
 	case "wtinylfu":
 		c = newWTinyLFU(capacity, o.float("window", 0.01), o.float("protected", 0.8), o.int("sample", heat.DefaultSampleFactor))
-	case "policy":
+	case "policy", "adaptive":
 		cfg, err := policyConfig(o, capacity)
 		if err != nil {
 			return nil, err
 		}
-		p, err := heat.NewPolicy[uint64](cfg)
+		var p placer
+		if name == "policy" {
+			p, err = heat.NewPolicy[uint64](cfg)
+		} else {
+			p, err = heat.NewAdaptivePolicy[uint64](cfg)
+		}
 		if err != nil {
 			return nil, err
 		}
-		c = &policyCache{p: p, capacity: capacity, keepAll: cfg.ReuseMinCount == 0}
+		pc := &policyCache{p: p, capacity: capacity, keepAll: cfg.ReuseMinCount == 0}
+		if v, ok := o.take("depth"); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("%w: depth=%q is not a duration >= 0", ErrPolicy, v)
+			}
+			pc.depthAge = d
+		}
+		c = pc
 	default:
 		return nil, fmt.Errorf("%w: unknown policy %q", ErrPolicy, name)
 	}
@@ -309,22 +327,41 @@ func policyConfig(o *options, capacity int) (heat.PolicyConfig, error) {
 	return cfg, o.err
 }
 
+// placer is the interface of heat.Policy and heat.AdaptivePolicy.
+type placer interface {
+	Access(k uint64, h uint64, now time.Time) bool
+	ShouldAdmit(h uint64, now time.Time) bool
+	Insert(k uint64, h uint64, now time.Time)
+	Victim() (uint64, bool)
+	Remove(k uint64) bool
+	Contains(k uint64) bool
+	Len() int
+	PredictReuse(h uint64) bool
+}
+
 // policyCache drives heat.Policy exactly as the tiering core does (see
 // the heat package documentation), with a budget of capacity blocks. As
 // G2 above a G3 it writes to G3 only the victims PredictReuse keeps (every
 // victim when keepAll: spec option reuse=0).
 type policyCache struct {
-	p        *heat.Policy[uint64]
+	p        placer
 	capacity int
 	keepAll  bool
+	// depthAge ages each reference by depthAge per level of depth in its
+	// prefix chain (spec option depth=D), so deeper blocks are evicted first.
+	depthAge time.Duration
+}
+
+func (c *policyCache) now(r ref) time.Time {
+	return time.Unix(0, r.nanos-int64(r.depth)*int64(c.depthAge))
 }
 
 func (c *policyCache) lookup(r ref) bool {
-	return c.p.Access(r.block, heat.Mix64(r.block), time.Unix(0, r.nanos))
+	return c.p.Access(r.block, heat.Mix64(r.block), c.now(r))
 }
 
 func (c *policyCache) insert(r ref) (victim uint64, evicted, admitted bool) {
-	now := time.Unix(0, r.nanos)
+	now := c.now(r)
 	h := heat.Mix64(r.block)
 	if c.p.Len() >= c.capacity {
 		if !c.p.ShouldAdmit(h, now) {

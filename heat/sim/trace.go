@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/ctxmem/ctxmemd/traces"
 )
@@ -23,6 +24,10 @@ type Trace struct {
 	// Millis holds, per reference, its request's timestamp in
 	// milliseconds from the start of the trace.
 	Millis []int64
+	// Depth holds, per reference, the block's position in its request's
+	// hash_ids (0 = the first block of the prefix chain). It may be nil
+	// (every depth 0).
+	Depth []int32
 }
 
 // traceLine is one JSON line of a Mooncake-format trace; other fields
@@ -60,9 +65,10 @@ func Load(r io.Reader) (*Trace, error) {
 				ts = *l.Timestamp
 			}
 			t.Requests++
-			for _, id := range l.HashIDs {
+			for j, id := range l.HashIDs {
 				t.Blocks = append(t.Blocks, id)
 				t.Millis = append(t.Millis, ts)
+				t.Depth = append(t.Depth, int32(min(j, math.MaxInt32)))
 			}
 		}
 		if err == io.EOF {
