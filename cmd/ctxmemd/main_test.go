@@ -323,3 +323,11 @@ func TestNBDPortBusy(t *testing.T) {
 		t.Fatalf("exit %d (want %d), stderr %q", code, exitUsage, errs)
 	}
 }
+
+// TestDemoteAlias: demote is evict's other name (the scheduler's command).
+func TestDemoteAlias(t *testing.T) {
+	code, out, errs := ctxmemd(t, "demote", "--help")
+	if code != 0 || !strings.Contains(out, "ctxmemd evict") {
+		t.Fatalf("demote --help: exit %d\n%s%s", code, out, errs)
+	}
+}

@@ -23,17 +23,18 @@ import (
 var moveOps = []struct {
 	name, usage string
 	do          func(context.Context, *admin.Client, string) error
+	aliases     []string
 }{
-	{"evict", "move files' blocks out of G2 (dirty ones written back first), as the scheduler's demote does",
-		func(ctx context.Context, c *admin.Client, p string) error { return c.Evict(ctx, p) }},
+	{"evict", "move files' blocks out of G2 (dirty ones written back first), as the scheduler's demote does; alias demote",
+		func(ctx context.Context, c *admin.Client, p string) error { return c.Evict(ctx, p) }, []string{"demote"}},
 	{"sink", "move every block of the files to G4",
-		func(ctx context.Context, c *admin.Client, p string) error { return c.Sink(ctx, p) }},
+		func(ctx context.Context, c *admin.Client, p string) error { return c.Sink(ctx, p) }, nil},
 	{"warmup", "bring every block of the files to G2 and wait until they are there",
-		func(ctx context.Context, c *admin.Client, p string) error { return c.Warmup(ctx, p) }},
+		func(ctx context.Context, c *admin.Client, p string) error { return c.Warmup(ctx, p) }, nil},
 	{"pin", "pin the files in G2 (at most half of G2 may be pinned)",
-		func(ctx context.Context, c *admin.Client, p string) error { return c.SetPinned(ctx, p, true) }},
+		func(ctx context.Context, c *admin.Client, p string) error { return c.SetPinned(ctx, p, true) }, nil},
 	{"unpin", "unpin the files",
-		func(ctx context.Context, c *admin.Client, p string) error { return c.SetPinned(ctx, p, false) }},
+		func(ctx context.Context, c *admin.Client, p string) error { return c.SetPinned(ctx, p, false) }, nil},
 }
 
 // moveCommands returns the evict, sink, warmup, pin and unpin commands.
@@ -42,6 +43,7 @@ func moveCommands() []*cli.Command {
 	for _, op := range moveOps {
 		cmds = append(cmds, &cli.Command{
 			Name:      op.name,
+			Aliases:   op.aliases,
 			Usage:     op.usage,
 			ArgsUsage: "PATH...",
 			Description: "PATHs are files or directories on the mount (directories are walked recursively). " +
