@@ -182,6 +182,10 @@ func TestKVWriteRequests(t *testing.T) {
 			t.Fatalf("file %d: wrong bytes", i)
 		}
 	}
-	// The page cache kept what the writes put there: no READ.
-	atMost(t, "open+read+close", c.take(), files, map[string]float64{"OPEN": 1, "GETATTR": 0.1, "RELEASE": 1.1})
+	// The page cache kept what the writes put there: no READ, but for
+	// the odd file whose cached pages the kernel dropped meanwhile (memory
+	// pressure, or an attribute refresh that saw a newer mtime: seen
+	// under a loaded `make test`, 2 files of 50). A page cache that is not
+	// kept would cost one READ per file.
+	atMost(t, "open+read+close", c.take(), files, map[string]float64{"OPEN": 1, "GETATTR": 0.1, "READ": 0.1, "RELEASE": 1.1})
 }
