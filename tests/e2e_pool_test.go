@@ -400,15 +400,12 @@ func TestE2EPoolFaults(t *testing.T) {
 	t.Logf("host-a killed holding extents %v", held)
 	time.Sleep(11 * time.Second) // past the lease TTL (5 s) and grace (5 s)
 	// B writes files C wants: B's shares need extents, and the pool is
-	// nearly full, so B leases extents A held when it died.
-	for i := 0; i < 40; i++ {
-		name := fmt.Sprintf("fromb/%03d.kv", i)
-		write(b, name)
-		if _, err := readShared(cc, name, kvBytes(name, size), 60*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "an extent A held when it died leased by B", 30*time.Second, func() bool {
+	// nearly full, so B leases extents A held when it died. How many
+	// files that takes depends on what the pool's reclaim freed
+	// meanwhile (under load it can free B's own extents first), so B
+	// keeps writing, 40 files at least and 200 at most, until it holds
+	// one of A's.
+	heldOld := func() bool {
 		for _, e := range poolHeld(t, b)["host-b"] {
 			for _, old := range held {
 				if e == old {
@@ -417,7 +414,15 @@ func TestE2EPoolFaults(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}
+	for i := 0; i < 200 && (i < 40 || !heldOld()); i++ {
+		name := fmt.Sprintf("fromb/%03d.kv", i)
+		write(b, name)
+		if _, err := readShared(cc, name, kvBytes(name, size), 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "an extent A held when it died leased by B", 30*time.Second, heldOld)
 	a.StartAgain()
 	write(a, "restarted/x.kv")
 	if _, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second); err != nil {
