@@ -158,6 +158,12 @@ func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, e
 		buf = make([]byte, n)
 	}
 	if _, err := t.r.Get(ctx, ref.Key, ref.Loc, buf); err != nil {
+		if !errors.Is(err, tier.ErrNotFound) && !errors.Is(err, tier.ErrCorrupt) {
+			// Not a record that no longer matches: the read was
+			// cancelled or timed out, or the device did not answer.
+			// The record stays (forgetting it would lose a good block).
+			return 0, fmt.Errorf("G3.5 get %s: %w", k, err)
+		}
 		if t.opts.OnStale != nil {
 			t.opts.OnStale(k, ref, err)
 		}
