@@ -160,22 +160,7 @@ func TestStatus(t *testing.T) {
 		RestoreCost: map[string]tiering.TierCost{"G3": {BlockRead: 300 * time.Microsecond, Samples: 5}, "G4": {BlockRead: 50 * time.Millisecond}},
 		Lookups:     hitratio.Counts{Hits: map[string]int64{"G2": 3, "G3": 1}, Misses: 4},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: fakeProvider{st}, Version: "v7"})
-	}()
-	defer func() { cancel(); <-errc }()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatal("admin server did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	serveAdmin(t, sock, fakeProvider{st}, "v7")
 
 	code, out, errs := ctxmemd(t, "status", "--admin", sock, "--json")
 	if code != 0 {
@@ -329,5 +314,25 @@ func TestDemoteAlias(t *testing.T) {
 	code, out, errs := ctxmemd(t, "demote", "--help")
 	if code != 0 || !strings.Contains(out, "ctxmemd evict") {
 		t.Fatalf("demote --help: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// serveAdmin serves p on the admin socket sock until the test ends, and
+// returns once the socket answers.
+func serveAdmin(t *testing.T, sock string, p admin.Provider, version string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: p, Version: version}) }()
+	t.Cleanup(func() { cancel(); <-errc })
+	for i := 0; ; i++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return
+		}
+		if i > 500 {
+			t.Fatal("admin server did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/hitratio"
@@ -41,22 +39,7 @@ func TestTop(t *testing.T) {
 	if code, _, errs := ctxmemd(t, "top", "--admin", sock, "--count", "1"); code != exitNotRunning {
 		t.Errorf("no daemon: exit %d %s", code, errs)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- admin.Serve(ctx, admin.Options{Socket: sock, Provider: &growingProvider{}, Version: "v9"})
-	}()
-	defer func() { cancel(); <-errc }()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatal("admin server did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	serveAdmin(t, sock, &growingProvider{}, "v9")
 	code, out, errs := ctxmemd(t, "top", "--admin", sock, "--interval", "200ms", "--count", "2", "--json")
 	if code != 0 {
 		t.Fatalf("top --json: exit %d %s", code, errs)
