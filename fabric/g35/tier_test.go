@@ -156,3 +156,27 @@ func TestCorruptRecordIsAMissAndReported(t *testing.T) {
 		t.Fatalf("the corrupt record is still mapped: %v", err)
 	}
 }
+
+// TestCancelledGetKeepsRecord: a read that is cancelled is an error of
+// that read, not a record that stopped matching: the record stays and the
+// next read gets the bytes.
+func TestCancelledGetKeepsRecord(t *testing.T) {
+	a, _ := newTiers(t, nil)
+	k := tier.Key{Namespace: "ns", Object: 3, Index: 0, Gen: 1}
+	data := bytes.Repeat([]byte("kept"), 4096)
+	if err := a.Put(context.Background(), k, data); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got := make([]byte, len(data))
+	if _, err := a.Get(ctx, k, got, 0); err == nil || errors.Is(err, tier.ErrNotFound) {
+		t.Fatalf("cancelled get: %v, want the context error", err)
+	}
+	if _, ok := a.Location(k); !ok {
+		t.Fatal("record forgotten after a cancelled read")
+	}
+	if n, err := a.Get(context.Background(), k, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("read after the cancelled one: n=%d err=%v", n, err)
+	}
+}
