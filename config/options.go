@@ -116,7 +116,7 @@ func table() []Option {
 			setSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes }), getSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes })),
 		opt("passthrough_max_files", "auto", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first); auto = min(65536, (open-file limit - 4096) / 2, vm.max_map_count / 4), at least 1024",
 			setCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles })),
-		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
+		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once; a block rewritten in place (NBD random writes) is held 100x this after its first write, and past half of dirty_bytes the oldest are stored first (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay }), getDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay })),
 		opt("heat_half_life", "60s", "half-life of the block heat score",
 			setDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife }), getDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife })),

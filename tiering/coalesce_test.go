@@ -3,6 +3,7 @@ package tiering_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -86,5 +87,98 @@ func waitClean(t *testing.T, s *tiering.Store, id tiering.ObjectID, d time.Durat
 			t.Fatalf("object %d still dirty after %v", id, d)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWriteBackHoldsInPlaceRewrites: a block already whole in G2 (an NBD
+// export block) rewritten in 4 KiB pieces, each further apart than the idle
+// delay, is stored once after rewriteMaxAge, not once per write (each time
+// whole: 16x the bytes at 64 KiB blocks), and its bytes are the last ones.
+func TestWriteBackHoldsInPlaceRewrites(t *testing.T) {
+	ctx := context.Background()
+	const delay = 5 * time.Millisecond // rewriteMaxAge x delay = 500 ms
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.WriteBackDelay = delay })
+	defer fs.close(t)
+	const bs = 64 << 10
+	id, err := fs.store.Create("ns", bs, tiering.KindNBD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := data(7, bs)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitClean(t, fs.store, id, 5*time.Second) // written whole: stored at once
+	before := fs.g3.Calls(faulttier.Put)
+	start := time.Now()
+	for i, off := range []int{8 << 10, 32 << 10, 4 << 10, 60 << 10, 0, 16 << 10, 44 << 10, 12 << 10} {
+		p := data(uint64(20+i), 4096)
+		copy(want[off:], p)
+		if _, err := fs.store.WriteAt(ctx, id, p, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * delay) // idle longer than the delay between writes
+	}
+	waitClean(t, fs.store, id, 5*time.Second) // stored by age, no Flush
+	puts := fs.g3.Calls(faulttier.Put) - before
+	if time.Since(start) < 400*time.Millisecond && puts != 1 {
+		t.Fatalf("%d G3 puts for 8 rewrites of one whole block within its hold; want 1", puts)
+	}
+	if puts > 2 {
+		t.Fatalf("%d G3 puts for 8 rewrites of one whole block; want 1 (2 if the machine stalled past the hold)", puts)
+	}
+	if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, want) {
+		t.Fatal("wrong bytes after coalesced in-place rewrites")
+	}
+}
+
+// TestWriteBackWatermarkReleasesOldest: past half the dirty bound the
+// oldest held-back blocks are stored (about the excess), the newest stay
+// held, and dirty bytes settle near the watermark instead of every new
+// dirty block being stored at once.
+func TestWriteBackWatermarkReleasesOldest(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) {
+		c.WriteBackDelay = time.Hour // only the watermark (or Flush) stores
+		c.DirtyBytes = 2 << 20       // watermark 1 MiB
+	})
+	defer fs.close(t)
+	const bs = 64 << 10
+	const n = 24 // 1.5 MiB of dirty blocks: 0.5 MiB over the watermark
+	ids := make([]tiering.ObjectID, n)
+	for i := range ids {
+		id, err := fs.store.Create("ns", bs, tiering.KindNBD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		waitClean(t, fs.store, id, 5*time.Second)
+	}
+	for _, id := range ids {
+		if _, err := fs.store.WriteAt(ctx, id, data(99, 4096), 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitClean(t, fs.store, ids[0], 5*time.Second) // the oldest is stored
+	deadline := time.Now().Add(5 * time.Second)
+	for fs.store.Stats().DirtyBytes > 1<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("dirty bytes %d still over the 1 MiB watermark", fs.store.Stats().DirtyBytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if info, err := fs.store.Stat(ids[n-1]); err != nil || !info.Dirty {
+		t.Fatalf("newest rewritten block: dirty=%v err=%v; want still held back under the watermark", info.Dirty, err)
+	}
+	for _, id := range ids {
+		flushWithin(t, fs.store, id, 5*time.Second)
+		want := data(uint64(slices.Index(ids, id)), bs)
+		copy(want[4096:], data(99, 4096))
+		if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, want) {
+			t.Fatalf("object %d: wrong bytes after watermark write-back", id)
+		}
 	}
 }

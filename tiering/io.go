@@ -395,7 +395,18 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		return nil
 	}
 	b.version = o.wseq
-	s.markDirtyLocked(o, b, r, g, g.n >= o.bs) // a full block is stored at once
+	if !b.dirty {
+		b.covered, b.inPlace = 0, false // a new dirty period
+	}
+	if boff <= b.covered && need > b.covered {
+		b.covered = need
+	} else {
+		b.inPlace = true
+	}
+	// A block written whole since it was last stored has nothing left to
+	// coalesce: stored at once. A part rewritten in a block that was whole
+	// already (NBD, read-modify-write) is held back like any partial write.
+	s.markDirtyLocked(o, b, r, g, b.covered >= o.bs)
 	s.touch(r, false)
 	return nil
 }

@@ -102,6 +102,17 @@ type blockState struct {
 	// the delayed list (older entries of the block are skipped).
 	delayUntil, dirtySince int64
 	delaySeq               uint64
+	// covered is how many bytes from the block's start were written
+	// without a gap since it was last stored (dirtySince): a block is
+	// complete, and stored at once, when covered reaches the block size.
+	// A block that was already whole in G2 (an NBD export block, a file
+	// block read up and rewritten in part) is not complete merely because
+	// its buffer is full.
+	covered int
+	// inPlace is set when a write in this dirty period did not extend
+	// covered (a rewrite in place, NBD's random writes): such a block is
+	// held back by age (rewriteMaxAge), not until it is idle.
+	inPlace bool
 }
 
 // object is the in-memory state of one object.

@@ -73,11 +73,14 @@ type Config struct {
 	// WriteBackDelay is how long a dirty block's write-back is held back
 	// after its latest write (default 30 ms; negative: never held back), so
 	// a block written piecemeal (small NBD writes, a file written in
-	// pieces) is stored once rather than after every write. A block is
-	// never held back longer than 10 × WriteBackDelay after its first
-	// write, nor at all once it was written whole, while dirty bytes are
-	// above half their bound, or once Flush, Expedite or Close asks for
-	// its object; acknowledged flushes keep their contract exactly.
+	// pieces) is stored once rather than after every write. A block being
+	// filled is never held back longer than 10 × WriteBackDelay after its
+	// first write; a block rewritten in place (NBD random writes) is held
+	// 100 × WriteBackDelay after its first write, idle or not; none is
+	// held once written whole since it was last stored, or once Flush,
+	// Expedite or Close asks for its object. Past half the dirty bound the
+	// oldest held-back blocks are stored first (coalesce.go).
+	// Acknowledged flushes keep their contract exactly.
 	WriteBackDelay time.Duration
 	// PassthroughMaxBytes is the largest object OpenPassthrough brings
 	// into a memory file (default 256 MiB; larger ones go through the

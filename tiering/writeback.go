@@ -164,6 +164,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	if b.version == ver && b.dirty {
 		b.dirty = false
 		b.dirtySince = 0
+		b.covered, b.inPlace = 0, false
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
 		b.dirtyN = 0
