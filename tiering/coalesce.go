@@ -63,6 +63,9 @@ type delayed struct {
 	head  int
 	ready *signal     // broadcast when the front may have become due
 	all   atomic.Bool // expedite every held-back block now
+	// pressed: dirty bytes were over the watermark when delayLoop last
+	// looked (it polls while so); writers wake it only on a crossing.
+	pressed atomic.Bool
 }
 
 // delayItem is one entry: block r, due at unix ns due, valid while the
@@ -100,8 +103,8 @@ func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) 
 		case b.delayUntil != 0:
 			b.delayUntil = max(b.delayUntil, due)
 		}
-		if s.g2dirty.Load() > s.limits().Dirty/2 {
-			s.delay.ready.broadcast() // over the watermark: release the oldest
+		if s.g2dirty.Load() > s.limits().Dirty/2 && s.delay.pressed.CompareAndSwap(false, true) {
+			s.delay.ready.broadcast() // crossed the watermark: release the oldest
 		}
 		return
 	}
@@ -189,22 +192,25 @@ func (s *Store) releaseDue() time.Duration {
 		now := time.Now().UnixNano()
 		excess := s.g2dirty.Load() - s.limits().Dirty/2
 		pressed := excess > 0
+		s.delay.pressed.Store(pressed)
 		if pressed && s.wbLen() > 0 {
 			excess = 0 // what was released last is still being stored
 		}
 		s.delay.mu.Lock()
 		d := &s.delay
-		var due []delayItem
+		var due, early []delayItem // early: not due, released for the watermark
+	scan:
 		for ; d.head < len(d.items); d.head++ {
 			it := d.items[d.head]
-			if !all && it.due > now {
-				if excess <= 0 {
-					break
-				}
+			switch {
+			case all || it.due <= now:
+				due = append(due, it)
+			case excess > 0:
 				excess -= it.n
-				it.due = 0 // released early: forced
+				early = append(early, it)
+			default:
+				break scan
 			}
-			due = append(due, it)
 		}
 		if d.head > 1024 && d.head > len(d.items)/2 {
 			d.items = append(d.items[:0], d.items[d.head:]...) // compact
@@ -220,9 +226,12 @@ func (s *Store) releaseDue() time.Duration {
 		}
 		s.delay.mu.Unlock()
 		for _, it := range due {
-			s.releaseOne(it, all || it.due == 0, now)
+			s.releaseOne(it, all, now)
 		}
-		if len(due) == 0 || all {
+		for _, it := range early {
+			s.releaseOne(it, true, now)
+		}
+		if len(due)+len(early) == 0 || all {
 			if left == 0 {
 				return 0
 			}

@@ -395,9 +395,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		return nil
 	}
 	b.version = o.wseq
-	if !b.dirty {
-		b.covered, b.inPlace = 0, false // a new dirty period
-	}
+	// covered and inPlace are reset where the dirty period ends (writeBack).
 	if boff <= b.covered && need > b.covered {
 		b.covered = need
 	} else {
