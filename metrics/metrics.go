@@ -131,6 +131,7 @@ type descs struct {
 	evictions, demotions, dropped, admRefused, crc, lost, obj *prometheus.Desc
 	build                                                     *prometheus.Desc
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
+	tierHealth, tierHealthChanges, tierRefused                *prometheus.Desc
 	ptOn, ptOpens, fuseReqs                                   *prometheus.Desc
 	gcPending, gcDeleted, gcFailed                            *prometheus.Desc
 	g3PutBytes, g3CompactedBytes, lookupMisses, lookupHits    *prometheus.Desc
@@ -167,28 +168,31 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		hitRatio: newDesc("hit_ratio", "KV lookup hit ratio of the mount since start (0-1): kind=\"served_from_g2\" is G2 hits / lookups, "+
 			"kind=\"found_in_any_tier\" is hits in any tier / lookups; a lookup is an open for reading of an existing file (a hit) "+
 			"or a name lookup answered ENOENT (a miss).", "kind"),
-		dirty:         newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
-		dirtyLimit:    newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
-		writerWaits:   newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
-		promotions:    newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
-		evictions:     newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
-		demotions:     newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
-		dropped:       newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
-		admRefused:    newDesc("admissions_refused_total", "Blocks refused by admission control."),
-		crc:           newDesc("crc_errors_total", "CRC32C mismatches found on reads from G3, G3.5 or G4."),
-		lost:          newDesc("objects_lost_total", "Objects removed because a block was gone from every tier."),
-		obj:           newDesc("objects", "Live objects."),
-		build:         newDesc("build_info", "Build information; value 1.", "version"),
-		tierFull:      newDesc("tier_full", "1 while the tier answers \"no space\" to write-back (skipped a second at a time), else 0.", "tier"),
-		storeDegraded: newDesc("store_degraded", "1 when the store cannot keep its promises (its data directory was deleted under it), else 0."),
-		tierDegraded:  newDesc("tier_degraded", "1 while the tier's backend does not answer (or its first listing is pending), else 0.", "tier"),
-		ptOn:          newDesc("passthrough_on", "1 while opens of G2-resident files are served by FUSE passthrough, else 0."),
-		ptOpens:       newDesc("passthrough_opens_total", "Opens served by FUSE passthrough from a memory file."),
-		fuseReqs:      newDesc("fuse_daemon_requests_total", "READ and WRITE requests the daemon served through FUSE (passthrough opens send none), by op.", "op"),
-		gcPending:     newDesc("gc_pending_blocks", "Block copies in lower tiers that no live block uses, queued for deletion."),
-		gcDeleted:     newDesc("gc_deleted_blocks_total", "Garbage block copies deleted from lower tiers."),
-		gcFailed:      newDesc("gc_failures_total", "Failed deletions of garbage block copies (each is retried with backoff)."),
-		g3PutBytes:    newDesc("g3_put_bytes_total", "Payload bytes written to G3 by write-back and demotion."),
+		dirty:             newDesc("dirty_bytes", "Bytes in G2 not yet written back."),
+		dirtyLimit:        newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
+		writerWaits:       newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
+		promotions:        newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
+		evictions:         newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
+		demotions:         newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
+		dropped:           newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
+		admRefused:        newDesc("admissions_refused_total", "Blocks refused by admission control."),
+		crc:               newDesc("crc_errors_total", "CRC32C mismatches found on reads from G3, G3.5 or G4."),
+		lost:              newDesc("objects_lost_total", "Objects removed because a block was gone from every tier."),
+		obj:               newDesc("objects", "Live objects."),
+		build:             newDesc("build_info", "Build information; value 1.", "version"),
+		tierFull:          newDesc("tier_full", "1 while the tier answers \"no space\" to write-back (skipped a second at a time), else 0.", "tier"),
+		storeDegraded:     newDesc("store_degraded", "1 when the store cannot keep its promises (its data directory was deleted under it), else 0."),
+		tierDegraded:      newDesc("tier_degraded", "1 while the tier's backend does not answer (or its first listing is pending), else 0.", "tier"),
+		tierHealth:        newDesc("tier_health", "1 for the tier's current health state (up, degraded, down, bypassed), 0 for the others.", "tier", "state"),
+		tierHealthChanges: newDesc("tier_health_changes_total", "Changes of the tier's health into each state since start.", "tier", "state"),
+		tierRefused:       newDesc("tier_calls_refused_total", "Puts and gets the core did not make because the tier was down, bypassed, or full within its backoff.", "tier"),
+		ptOn:              newDesc("passthrough_on", "1 while opens of G2-resident files are served by FUSE passthrough, else 0."),
+		ptOpens:           newDesc("passthrough_opens_total", "Opens served by FUSE passthrough from a memory file."),
+		fuseReqs:          newDesc("fuse_daemon_requests_total", "READ and WRITE requests the daemon served through FUSE (passthrough opens send none), by op.", "op"),
+		gcPending:         newDesc("gc_pending_blocks", "Block copies in lower tiers that no live block uses, queued for deletion."),
+		gcDeleted:         newDesc("gc_deleted_blocks_total", "Garbage block copies deleted from lower tiers."),
+		gcFailed:          newDesc("gc_failures_total", "Failed deletions of garbage block copies (each is retried with backoff)."),
+		g3PutBytes:        newDesc("g3_put_bytes_total", "Payload bytes written to G3 by write-back and demotion."),
 		g3CompactedBytes: newDesc("g3_compacted_bytes_total", "Payload bytes G3 reclaim copied forward (compaction); "+
 			"write amplification is (put + compacted) / put."),
 		lookupMisses: newDesc("lookup_misses_total", "KV lookup misses: lookups of names the namespace does not hold (ENOENT), "+
@@ -232,7 +236,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.tierUsed, d.tierCap, d.tierBlocks, d.tierHigh, d.tierLow,
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
 		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
-		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded,
+		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded, d.tierHealth, d.tierHealthChanges, d.tierRefused,
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
 		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
@@ -330,6 +334,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.tierDegraded, b2f(t.Degraded), t.Name)
 		gauge(d.tierRecovering, b2f(t.Recovering), t.Name)
 		gauge(d.tierFull, b2f(t.Full), t.Name)
+		if t.Health != "" {
+			for _, st := range []string{"up", "degraded", "down", "bypassed"} {
+				gauge(d.tierHealth, b2f(t.Health == st), t.Name, st)
+				counter(d.tierHealthChanges, t.HealthChanges[st], t.Name, st)
+			}
+			counter(d.tierRefused, t.Refused, t.Name)
+		}
 	}
 	st := s.Stats
 	counter(d.reqs, st.ReadRequests)

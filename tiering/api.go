@@ -54,8 +54,18 @@ type TierUsage struct {
 	HighWatermark float64 `json:"high_watermark,omitempty"` // fraction of capacity
 	LowWatermark  float64 `json:"low_watermark,omitempty"`
 	// Degraded is set while the tier's backend does not answer (its
-	// latest call failed); it clears by itself on the next success.
+	// latest call failed, or its health is down or bypassed); it clears by
+	// itself on the next success.
 	Degraded bool `json:"degraded"`
+	// Health is the tier's health state (package health: "up",
+	// "degraded", "down", "bypassed") and HealthReason why it is not up.
+	Health       string `json:"health,omitempty"`
+	HealthReason string `json:"health_reason,omitempty"`
+	// HealthChanges counts the changes into each health state since
+	// start, by state name, and Refused the calls the core did not make
+	// because the tier was down, bypassed, or full within its backoff.
+	HealthChanges map[string]int64 `json:"health_changes,omitempty"`
+	Refused       int64            `json:"refused,omitempty"`
 	// Full is set while the tier answers "no space" to write-back (it is
 	// then skipped for a second at a time); it clears on the next put it
 	// takes.

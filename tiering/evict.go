@@ -105,7 +105,7 @@ func (s *Store) evictBlock(o *object, r bref) {
 				o.beginBusy(r.idx) // no write-back of a newer version may race this put
 				o.mu.Unlock()
 				ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-				err = s.g3.Put(ctx, k, buf[:n])
+				err = s.putTo(ctx, tiG3, k, buf[:n], s.g4 == nil)
 				cancel()
 				s.pool.put(buf)
 				o.mu.Lock()
@@ -311,13 +311,10 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	o.beginBusy(k.Index)
 	o.mu.Unlock()
 	err := errors.New("no G4")
-	if s.g4 != nil && s.skipFull(tiG4) {
-		err = fmt.Errorf("G4 full: %w", tier.ErrNoSpace)
-	} else if s.g4 != nil {
+	if s.g4 != nil {
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		err = s.g4.Put(ctx, k, data)
+		err = s.putTo(ctx, tiG4, k, data, false)
 		cancel()
-		s.noteTier(tiG4, err)
 		if err != nil {
 			s.logLimited("demote to G4 failed", "key", k.String(), "err", err)
 		}

@@ -151,7 +151,7 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 			continue
 		}
 		t0 := time.Now()
-		n, err := c.t.Get(ctx, k, dst, off)
+		n, err := s.getFrom(ctx, c.ti, k, dst, off)
 		if err == nil {
 			s.noteRead(c.ti, time.Since(t0))
 			clear(dst[n:])

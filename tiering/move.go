@@ -117,7 +117,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		ver := b.version
 		o.beginBusy(idx)
 		o.mu.Unlock()
-		err := s.g4.Put(ctx, k, data)
+		err := s.putTo(ctx, tiG4, k, data, true)
 		o.mu.Lock()
 		defer s.endBusyLocked(o, idx, true) // runs before the deferred unlock
 		s.maybeStoredLocked(o, idx, k, err)

@@ -74,7 +74,7 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 	ver := b.version
 	o.beginBusy(idx)
 	o.mu.Unlock()
-	err := s.g35.Put(ctx, k, data)
+	err := s.putTo(ctx, tiG35, k, data, true)
 	o.mu.Lock()
 	s.endBusyLocked(o, idx, true)
 	live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver && !b.dirty

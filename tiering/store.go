@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -236,8 +237,8 @@ type Store struct {
 	// wbErr is the error of the latest failed write-back (nil after one
 	// succeeds): why writers that time out waiting fail (stallError).
 	wbErr  atomic.Pointer[error]
-	health [nTiers]tierHealth
-	wbDone atomic.Int64 // blocks written back (writers' progress)
+	health [nTiers]*health.Machine // per tier below G2 (tierhealth.go)
+	wbDone atomic.Int64            // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64
@@ -280,6 +281,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pt:         ptFiles{closed: list.New(), elem: make(map[*object]*list.Element)},
 		gcReady:    newSignal(),
 		cleanReady: newSignal(),
+		health:     newHealth(cfg),
 	}
 	s.lim.Store(&G2Limits{Bytes: cfg.G2Bytes, High: cfg.G2High, Low: cfg.G2Low, Dirty: cfg.DirtyBytes})
 	if s.place, err = newPlacement(cfg); err != nil {
@@ -841,7 +843,15 @@ func (s *Store) Occupancy() []TierUsage {
 		if h, ok := t.(tier.HealthReporter); ok {
 			tu.Degraded = !h.Healthy()
 		}
-		tu.Full = s.health[ti].full.Load()
+		hs := s.health[ti].Snapshot()
+		tu.Full, tu.Health, tu.HealthReason, tu.Refused = hs.Full, hs.State.String(), hs.Reason, hs.Refused
+		tu.HealthChanges = make(map[string]int64, len(health.States))
+		for _, st := range health.States {
+			tu.HealthChanges[st.String()] = hs.Transitions[st]
+		}
+		if hs.State == health.Down || hs.State == health.Bypassed {
+			tu.Degraded = true
+		}
 		if t == s.g4 && s.g4Waiting() {
 			tu.Degraded, tu.Recovering = true, true
 		}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -15,11 +15,6 @@ const (
 	wbRetryMin = 100 * time.Millisecond
 	wbRetryMax = 2 * time.Second
 )
-
-// fullBackoff is how long a tier that answered "no space" is skipped by
-// write-back before it is tried again (a full tier is not retried in a
-// loop; status shows it FULL meanwhile).
-const fullBackoff = time.Second
 
 func (s *Store) enqueueWB(r bref) {
 	s.wbmu.Lock()
@@ -317,24 +312,18 @@ func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
 	o.mu.Unlock()
 }
 
-// putLower stores a written-back block and returns the tier index used.
+// putLower stores a written-back block and returns the tier index used:
+// G3 unless it is refused (down, full, admission), else G4.
 func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (int, error) {
 	var g3err error
 	if s.g3 != nil {
-		switch {
-		case s.skipFull(tiG3) && s.g4 != nil:
-			g3err = fmt.Errorf("G3 full: %w", tier.ErrNoSpace)
-		case s.g4 != nil && !s.admitG3(r):
+		if s.g4 != nil && !s.health[tiG3].Refusing(health.Put) && !s.admitG3(r) {
 			// Without G4 there is no other place: G3 takes the block and
 			// reclaims its oldest segment instead.
 			s.c.admissionsDenied.Add(1)
 			g3err = fmt.Errorf("G3 admission refused: %w", tier.ErrNoSpace)
-		default:
-			g3err = s.g3.Put(ctx, k, data)
-			s.noteTier(tiG3, g3err)
-			if g3err == nil {
-				return tiG3, nil
-			}
+		} else if g3err = s.putTo(ctx, tiG3, k, data, s.g4 == nil); g3err == nil {
+			return tiG3, nil
 		}
 	}
 	if s.g4 == nil {
@@ -343,51 +332,13 @@ func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (
 		}
 		return 0, g3err
 	}
-	if s.skipFull(tiG4) {
-		return 0, fmt.Errorf("%v; G4 full: %w", g3err, tier.ErrNoSpace)
-	}
-	err := s.g4.Put(ctx, k, data)
-	s.noteTier(tiG4, err)
-	if err != nil {
+	if err := s.putTo(ctx, tiG4, k, data, false); err != nil {
 		if g3err != nil {
 			return 0, fmt.Errorf("%v; G4: %w", g3err, err)
 		}
 		return 0, err
 	}
 	return tiG4, nil
-}
-
-// tierHealth is what the core saw of a tier's puts: full after "no space"
-// until a put succeeds.
-type tierHealth struct {
-	full      atomic.Bool
-	retryAt   atomic.Int64 // unix ns before which write-back skips a full tier
-	fullSince atomic.Int64 // unix ns
-}
-
-// noteTier records the outcome of a put to tier ti.
-func (s *Store) noteTier(ti int, err error) {
-	h := &s.health[ti]
-	switch {
-	case err == nil:
-		if h.full.Swap(false) {
-			s.log.Info("tier takes blocks again", "tier", tierNames[ti])
-		}
-	case errors.Is(err, tier.ErrNoSpace):
-		now := time.Now()
-		h.retryAt.Store(now.Add(fullBackoff).UnixNano())
-		if !h.full.Swap(true) {
-			h.fullSince.Store(now.UnixNano())
-			s.log.Warn("tier full: no space for new blocks", "tier", tierNames[ti], "err", err)
-		}
-	}
-}
-
-// skipFull reports whether write-back should not try tier ti now (it
-// answered "no space" less than fullBackoff ago).
-func (s *Store) skipFull(ti int) bool {
-	h := &s.health[ti]
-	return h.full.Load() && time.Now().UnixNano() < h.retryAt.Load()
 }
 
 // stallError is the error of a writer that waited WriteTimeout without
@@ -429,11 +380,17 @@ func (s *Store) admitG3(r bref) bool {
 	return s.place.policy.PredictReuse(r.hash())
 }
 
+// tierAt returns tier ti (tiG3, tiG35, tiG4), nil when not configured.
 func (s *Store) tierAt(ti int) tier.Tier {
-	if ti == tiG3 {
+	switch ti {
+	case tiG3:
 		return s.g3
+	case tiG35:
+		return s.g35
+	case tiG4:
+		return s.g4
 	}
-	return s.g4
+	return nil
 }
 
 func (s *Store) dropCount(reason string) {

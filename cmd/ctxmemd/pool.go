@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -114,35 +113,19 @@ func (d *daemon) poolLink(ctx context.Context) string {
 	return name
 }
 
-// linkChanged puts the pool into bypass when its link goes down and takes
-// it out once the link is up and a read of the pool device succeeds.
+// linkChanged puts the pool into bypass when its link goes down, and lifts
+// the bypass once it is up: the core then probes the pool (a read of its
+// superblock page) and uses it again only if the probe succeeds (package
+// tiering/health; until then the tier is down and probed once a second).
 func (d *daemon) linkChanged(s fabric.LinkState) {
-	if d.pool == nil || d.pool.tier == nil {
+	if d.pool == nil || d.pool.tier == nil || d.store == nil {
 		return
 	}
 	if !s.Up {
-		d.pool.tier.SetBypass(true)
-		d.log.Warn("G3.5 pool in bypass: link down", "link", s.Name)
+		_ = d.store.SetBypass(tiering.TierG35, true, "link "+s.Name+" down")
 		return
 	}
-	if err := probePool(d.pool.path); err != nil {
-		d.log.Warn("G3.5 pool stays in bypass: health probe failed", "link", s.Name, "err", err)
-		return
-	}
-	d.pool.tier.SetBypass(false)
-	d.log.Info("G3.5 pool re-admitted: link up and probe passed", "link", s.Name)
-}
-
-// probePool reads the pool's superblock page.
-func probePool(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	_, err = f.ReadAt(buf, 0)
-	return err
+	_ = d.store.SetBypass(tiering.TierG35, false, "link "+s.Name+" up")
 }
 
 // closePool detaches the controllers the daemon attached (the tier is

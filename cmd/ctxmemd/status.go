@@ -83,6 +83,10 @@ func writeStatus(w io.Writer, st admin.Status) error {
 		switch {
 		case t.Recovering:
 			state = "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
+		case t.Health == "bypassed":
+			state = fmt.Sprintf("BYPASSED (%s; not used until the bypass is lifted)", t.HealthReason)
+		case t.Health == "down":
+			state = fmt.Sprintf("DOWN (%s; not used until a probe succeeds)", t.HealthReason)
 		case t.Degraded:
 			state = "DEGRADED (backend not answering)"
 		case t.Full:

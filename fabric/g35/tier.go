@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,32 @@ func (t *Tier) Name() string { return Name }
 
 // SetBypass puts the tier into bypass (link down) or takes it out.
 func (t *Tier) SetBypass(on bool) { t.bypass.Store(on) }
+
+// Probe implements tier.Prober: it opens the pool device (or file) anew
+// and reads its superblock page, so a device that came back under the
+// same path after a reconnect counts as answering.
+func (t *Tier) Probe(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { // owner: this call; a hung read is left behind, bounded by ctx for the caller
+		f, err := os.Open(t.p.Path())
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.Close()
+		_, err = f.ReadAt(make([]byte, 4096), 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("G3.5 probe %s: %w", t.p.Path(), err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("G3.5 probe %s: %w", t.p.Path(), ctx.Err())
+	}
+}
 
 // Bypassed reports whether the tier is in bypass.
 func (t *Tier) Bypassed() bool { return t.bypass.Load() }

@@ -113,6 +113,14 @@ type HealthReporter interface {
 	Healthy() bool
 }
 
+// Prober is implemented by tiers that can check their device or backend
+// without a block to read (G3.5 reads its pool's superblock page). The
+// core probes a tier when its bypass is lifted, so the tier is used again
+// only once it answers. Errors: whatever the device answered.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // Relocator is implemented by log-structured tiers that reclaim space a
 // segment at a time and call back with the live blocks first (G3's
 // OnEvict). Relocate, called from inside that callback for one of the keys

@@ -1,0 +1,125 @@
+package tiering
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering/health"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+// fullBackoff is how long a tier that answered "no space" is skipped by
+// write-back (which then goes to the next tier) before it is tried again
+// (a full tier is not retried in a loop; status shows it FULL meanwhile).
+const fullBackoff = health.DefaultFullBackoff
+
+// probeTimeout bounds a tier.Prober's probe.
+const probeTimeout = 5 * time.Second
+
+// newHealth makes the health machine of every tier below G2 (package
+// health: up, degraded, down, bypassed), logging each change of state.
+func newHealth(cfg Config) [nTiers]*health.Machine {
+	var hs [nTiers]*health.Machine
+	for ti := tiG3; ti < nTiers; ti++ {
+		log := cfg.Logger
+		hs[ti] = health.New(tierNames[ti], health.Config{FullBackoff: fullBackoff},
+			func(sn health.Snapshot) {
+				lvl := slog.LevelWarn
+				if sn.State == health.Up {
+					lvl = slog.LevelInfo
+				}
+				log.Log(context.Background(), lvl, "tier health changed", "tier", sn.Tier, "state", sn.State.String(), "reason", sn.Reason)
+			})
+	}
+	return hs
+}
+
+// putTo stores data as k in tier ti through its health machine: a tier
+// that is down or bypassed is not tried (tier.ErrUnavailable at once),
+// nor is a full one within fullBackoff unless last is set (there is no
+// other tier to go to, so the tier should reclaim space instead).
+func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last bool) error {
+	h, t := s.health[ti], s.tierAt(ti)
+	op := health.Put
+	if last {
+		op = health.PutLast
+	}
+	if err := h.Admit(op); err != nil {
+		return err
+	}
+	err := t.Put(ctx, k, data)
+	h.Observe(health.Put, err)
+	return err
+}
+
+// getFrom reads block k of tier ti through its health machine: a tier
+// that is down or bypassed is not asked (tier.ErrUnavailable at once, so
+// the reader goes to the next copy, or gets EIO, but never waits on it).
+func (s *Store) getFrom(ctx context.Context, ti int, k tier.Key, p []byte, off int64) (int, error) {
+	h, t := s.health[ti], s.tierAt(ti)
+	if err := h.Admit(health.Get); err != nil {
+		return 0, err
+	}
+	n, err := t.Get(ctx, k, p, off)
+	h.Observe(health.Get, err)
+	return n, err
+}
+
+// usable reports whether tier ti is configured and its calls are tried
+// (up or degraded).
+func (s *Store) usable(ti int) bool {
+	return s.tierAt(ti) != nil && s.health[ti].Usable()
+}
+
+// TierHealth is one tier's health as status and metrics show it.
+type TierHealth = health.Snapshot
+
+// Health returns the health of every configured tier below G2 (G3, G3.5,
+// G4, in that order).
+func (s *Store) Health() []TierHealth {
+	var out []TierHealth
+	for ti := tiG3; ti < nTiers; ti++ {
+		if s.tierAt(ti) != nil {
+			out = append(out, s.health[ti].Snapshot())
+		}
+	}
+	return out
+}
+
+// SetBypass puts the tier named name (TierG3, TierG35, TierG4) into bypass
+// or lifts it (package health): while bypassed the core neither reads
+// from nor writes to it, so a reader of a block whose only copy is there
+// gets EIO (not a loss) and write-back goes to the next tier. A lifted
+// bypass leaves the tier down until a call to it succeeds; a tier that
+// can be probed (tier.Prober) is probed at once (within probeTimeout) and
+// is up again if it answers. A tier that has its own bypass (G3.5:
+// interface{ SetBypass(bool) }) is told too, for its callers beside the
+// core. Errors: the tier is not configured.
+func (s *Store) SetBypass(name string, on bool, reason string) error {
+	for ti := tiG3; ti < nTiers; ti++ {
+		if tierNames[ti] != name {
+			continue
+		}
+		t := s.tierAt(ti)
+		if t == nil {
+			break
+		}
+		if b, ok := t.(interface{ SetBypass(bool) }); ok {
+			b.SetBypass(on)
+		}
+		h := s.health[ti]
+		h.SetBypass(on, reason)
+		if p, ok := t.(tier.Prober); ok && !on {
+			ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+			err := p.Probe(ctx)
+			cancel()
+			if h.Admit(health.Get) == nil { // take the probe slot
+				h.Observe(health.Get, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("bypass %s: no such tier configured", name)
+}

@@ -1,0 +1,153 @@
+package tiering_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/faulttier"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
+)
+
+func tierHealth(t *testing.T, s *tiering.Store, name string) tiering.TierHealth {
+	t.Helper()
+	for _, h := range s.Health() {
+		if h.Tier == name {
+			return h
+		}
+	}
+	t.Fatalf("no health for %s in %+v", name, s.Health())
+	return tiering.TierHealth{}
+}
+
+var errDisk = fmt.Errorf("pwrite: %w", errors.New("input/output error"))
+
+// TestFailingG3GoesDownAndWriteBackBypassesIt: a G3 whose every put fails
+// with an I/O error is taken down after five failures in a row; write-back
+// then goes straight to G4 without waiting on G3 (at most one probe per
+// second reaches it), status says why, and once G3 answers again a probe
+// brings it up and new blocks land in it.
+func TestFailingG3GoesDownAndWriteBackBypassesIt(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 32<<20, 0, true, nil)
+	defer fs.close(t)
+	undo := fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Err: errDisk})
+	want := data(7, 1<<20) // 16 blocks of 64 KiB
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	h := tierHealth(t, fs.store, tiering.TierG3)
+	if h.State.String() != "down" || h.Transitions[2] != 1 {
+		t.Fatalf("G3 after 16 failed puts: %+v", h)
+	}
+	if n := fs.g3.Calls(faulttier.Put); n < 5 || n > 7 {
+		t.Fatalf("G3 saw %d puts for 16 blocks; want 5 before it went down (and at most a probe or two)", n)
+	}
+	if h.Refused == 0 {
+		t.Fatalf("no refused calls counted: %+v", h)
+	}
+	for _, u := range fs.store.Occupancy() {
+		if u.Name == tiering.TierG3 && (u.Health != "down" || !u.Degraded || u.HealthReason == "") {
+			t.Fatalf("occupancy of a down G3: %+v", u)
+		}
+	}
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("bytes written back past a down G3 read back wrong")
+	}
+
+	undo()
+	time.Sleep(1100 * time.Millisecond) // the probe interval
+	id2, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fs.g3.Calls(faulttier.Put)
+	if _, err := fs.store.WriteAt(ctx, id2, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id2, 10*time.Second)
+	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "up" {
+		t.Fatalf("G3 after it answers again: %+v", h)
+	}
+	if n := fs.g3.Calls(faulttier.Put) - before; n < 15 {
+		t.Fatalf("only %d of 16 blocks went to G3 once it was up again", n)
+	}
+}
+
+// TestDownG3ReadsGoToG4: blocks with copies in G3 and G4 are read from G4
+// while G3's reads fail, without each read trying G3 first once it is down.
+func TestDownG3ReadsGoToG4(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 32<<20, 0, true, nil)
+	defer fs.close(t)
+	want := data(8, 1<<20)
+	id := writeOut(t, fs, want)
+	if _, err := fs.store.Sink(ctx, id); err != nil { // G4 copies too
+		t.Fatal(err)
+	}
+	gets := fs.g3.Calls(faulttier.Get) // the sink read G3
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: errDisk})
+	for range 3 {
+		if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+			t.Fatal("wrong bytes with G3 failing")
+		}
+		if _, err := fs.store.Demote(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "down" {
+		t.Fatalf("G3 after failing reads: %+v", h)
+	}
+	if n := fs.g3.Calls(faulttier.Get) - gets; n > 6 {
+		t.Fatalf("G3 saw %d gets for 48 block reads; want it skipped once down", n)
+	}
+}
+
+// TestBypassedTierIsNotReadAndNothingIsLost: a tier put into bypass is not
+// read; a block whose only copy is there is an I/O error (EIO), not a loss,
+// and reads again once the bypass is lifted.
+func TestBypassedTierIsNotReadAndNothingIsLost(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, nil)
+	defer fs.close(t)
+	want := data(9, 256<<10)
+	id := writeOut(t, fs, want)
+	if err := fs.store.SetBypass(tiering.TierG3, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.store.SetBypass("G9", true, "test"); err == nil {
+		t.Fatal("bypass of an unknown tier accepted")
+	}
+	gets := fs.g3.Calls(faulttier.Get)
+	got := make([]byte, len(want))
+	if _, err := fs.store.ReadAt(ctx, id, got, 0); tiering.Errno(err) != 5 || errors.Is(err, tiering.ErrLost) || !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("read of a bypassed tier's only copy = %v; want EIO, not a loss", err)
+	}
+	if n := fs.g3.Calls(faulttier.Get) - gets; n != 0 {
+		t.Fatalf("a bypassed G3 was read %d times", n)
+	}
+	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "bypassed" || h.Reason != "test" {
+		t.Fatalf("health in bypass: %+v", h)
+	}
+	if err := fs.store.SetBypass(tiering.TierG3, false, "test over"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("wrong bytes after the bypass")
+	}
+	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "up" {
+		t.Fatalf("health after the bypass and a read: %+v", h)
+	}
+}
