@@ -176,8 +176,15 @@ func (s *Store) evictObject(o *object) bool {
 // volatileWriteGrace: see evictObject.
 const volatileWriteGrace = 250 * time.Millisecond
 
-// DemoteFromG3 is the G3 reclaim hook: G3 calls it with the live blocks of
-// a segment it is about to reuse, before it reuses it. Each block that
+// g3Demoter is the core's tier.Demoter port for G3 (attached in Open).
+type g3Demoter struct{ s *Store }
+
+// Demote implements tier.Demoter.
+func (d g3Demoter) Demote(keys []tier.Key) { d.s.DemoteFromG3(keys) }
+
+// DemoteFromG3 is the body of the core's G3 reclaim port (tier.Demoter,
+// attached to G3 by Open): G3 calls it with the live blocks of a segment
+// it is about to reuse, before it reuses it. Each block that
 // still belongs to a live object and has no G4 copy is copied to G4 (from
 // G2 when it is there, else read from G3); a block that cannot be demoted
 // makes its object lost. Blocks of NBD exports are never dropped: when G4

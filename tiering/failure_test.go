@@ -56,14 +56,8 @@ func (s *stack) close(t *testing.T) {
 func openStack(t *testing.T, dir, g3dir string, g3cap int64, withG4 bool) *stack {
 	t.Helper()
 	st := &stack{}
-	var ref *tiering.Store
 	var err error
-	st.g3, err = g3.Open(g3.Options{Dir: g3dir, SegmentBytes: 1 << 20, CapacityBytes: g3cap, Logger: quiet,
-		OnEvict: func(keys []tier.Key) {
-			if ref != nil {
-				ref.DemoteFromG3(keys)
-			}
-		}})
+	st.g3, err = g3.Open(g3.Options{Dir: g3dir, SegmentBytes: 1 << 20, CapacityBytes: g3cap, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +77,6 @@ func openStack(t *testing.T, dir, g3dir string, g3cap int64, withG4 bool) *stack
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref = st.store
 	return st
 }
 

@@ -143,23 +143,16 @@ func TestSetG3WatermarksWithoutLiveTier(t *testing.T) {
 }
 
 // Shrinking the real G3 live reclaims its oldest segments through
-// DemoteFromG3: their blocks move to G4 and every object reads back.
+// the core's Demoter port: their blocks move to G4 and every object reads back.
 func TestG3ShrinkLiveDemotesToG4(t *testing.T) {
 	dir := t.TempDir()
-	var ref *Store
-	t3, err := g3.Open(g3.Options{Dir: t.TempDir(), SegmentBytes: 1 << 20, CapacityBytes: 16 << 20,
-		OnEvict: func(keys []tier.Key) {
-			if ref != nil {
-				ref.DemoteFromG3(keys)
-			}
-		}})
+	t3, err := g3.Open(g3.Options{Dir: t.TempDir(), SegmentBytes: 1 << 20, CapacityBytes: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer t3.Close()
 	t4 := newMemTier("G4", 0)
 	s := openTest(t, dir, t3, t4, 8<<20)
-	ref = s
 	defer s.Close()
 	ctx := context.Background()
 	var ids []ObjectID

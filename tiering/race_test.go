@@ -14,7 +14,6 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
-	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // faultStack is a store over real G3 (and optionally G4 on a directory),
@@ -39,14 +38,8 @@ func openFaultStack(t *testing.T, dir string, g2, g3cap int64, withG4 bool, extr
 
 func (fs *faultStack) open(t *testing.T, withG4 bool) {
 	t.Helper()
-	var ref *tiering.Store
 	var err error
-	fs.g3s, err = g3.Open(g3.Options{Dir: filepath.Join(fs.dir, "g3"), SegmentBytes: 1 << 20, CapacityBytes: fs.g3Bytes, Logger: quiet,
-		OnEvict: func(keys []tier.Key) {
-			if ref != nil {
-				ref.DemoteFromG3(keys)
-			}
-		}})
+	fs.g3s, err = g3.Open(g3.Options{Dir: filepath.Join(fs.dir, "g3"), SegmentBytes: 1 << 20, CapacityBytes: fs.g3Bytes, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +62,6 @@ func (fs *faultStack) open(t *testing.T, withG4 bool) {
 	if fs.store, err = tiering.Open(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	ref = fs.store
 }
 
 func (fs *faultStack) close(t *testing.T) {

@@ -292,6 +292,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		meta.close()
 		return nil, err
 	}
+	// The core's port into G3's reclaim, attached before anything writes
+	// to G3: no segment is reused without its live blocks being demoted.
+	if r, ok := cfg.G3.(tier.Reclaimer); ok {
+		r.SetDemoter(g3Demoter{s})
+	}
 	if s.volatile {
 		s.log.Warn("no tier below G2 (no G3, no G4): files live in DRAM only, are evicted whole under memory pressure and are gone after a stop")
 	}

@@ -228,11 +228,8 @@ func (d *daemon) open(ctx context.Context) error {
 			Dir: cfg.G3Dir, SegmentBytes: cfg.G3SegmentSize, CapacityBytes: cfg.G3Size,
 			HighWatermark: cfg.G3High, LowWatermark: cfg.G3Low, CompactLive: g3CompactLive(cfg.G3CompactLive),
 			Logger: d.log.With("tier", "G3"),
-			OnEvict: func(keys []tier.Key) {
-				if st := storeRef.Load(); st != nil {
-					st.DemoteFromG3(keys)
-				}
-			},
+			// The core attaches itself to G3's reclaim when it opens
+			// (tier.Reclaimer), before anything is written to G3.
 		})
 		if err != nil {
 			return fmt.Errorf("open G3 at %s: %w", cfg.G3Dir, err)

@@ -6,7 +6,7 @@
 // releases it, or every call of a kind fails until the fault is removed.
 //
 // A Tier is safe for concurrent use. It forwards the optional interfaces
-// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Expirer) to the
+// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Reclaimer, tier.Expirer) to the
 // wrapped tier.
 package faulttier
 
@@ -272,6 +272,13 @@ func (t *Tier) Relocate(ctx context.Context, k tier.Key) error {
 func (t *Tier) PostponeReclaim() {
 	if r, ok := t.Tier.(tier.Relocator); ok {
 		r.PostponeReclaim()
+	}
+}
+
+// SetDemoter forwards tier.Reclaimer (a no-op for tiers without it).
+func (t *Tier) SetDemoter(d tier.Demoter) {
+	if r, ok := t.Tier.(tier.Reclaimer); ok {
+		r.SetDemoter(d)
 	}
 }
 

@@ -79,7 +79,8 @@
 // itself, reclaim happens first. ENOSPC from the filesystem while creating
 // a segment also reclaims the oldest segment and retries; with nothing
 // left to reclaim Put returns tier.ErrNoSpace and the store is unchanged.
-// Reclaiming a segment first calls Options.OnEvict with its live blocks,
+// Reclaiming a segment first hands its live blocks to the Demoter the core
+// attached (SetDemoter, tier.Reclaimer; Options.OnEvict when none is),
 // which still read through Get during the call, so the tiering core can
 // demote them to G4 (or mark them lost) before they go. While the store's
 // live payload is at most Options.CompactLive of CapacityBytes, a

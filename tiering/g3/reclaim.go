@@ -136,7 +136,9 @@ func (s *Store) reclaimOldest(why string) bool {
 	if compact && len(live) > 0 {
 		live = s.compact(live)
 	}
-	if len(live) > 0 && s.opts.OnEvict != nil {
+	if d := s.demoter.Load(); len(live) > 0 && d != nil {
+		(*d).Demote(live)
+	} else if len(live) > 0 && s.opts.OnEvict != nil {
 		s.opts.OnEvict(live)
 	}
 	if s.postpone.Swap(false) {

@@ -54,6 +54,9 @@ type Store struct {
 
 	// postpone is set by PostponeReclaim from inside OnEvict.
 	postpone atomic.Bool
+	// demoter is the core's port (SetDemoter); when set it takes the live
+	// blocks of reclaimed segments instead of Options.OnEvict.
+	demoter atomic.Pointer[tier.Demoter]
 
 	// testHook, when set by a test before use, is called at named points
 	// of internal sequences ("reclaim-evicted": OnEvict returned, the
@@ -297,6 +300,12 @@ func (s *Store) takeLocked(n int) (*segment, int64, bool) {
 	a.inflight++
 	return a, off, true
 }
+
+// SetDemoter implements tier.Reclaimer: from now on d.Demote, not
+// Options.OnEvict, is called with the live blocks of every segment about
+// to be reclaimed (with the same guarantees and limits as OnEvict). The
+// tiering core calls it when it opens, before it puts a block here.
+func (s *Store) SetDemoter(d tier.Demoter) { s.demoter.Store(&d) }
 
 // PostponeReclaim, called from inside OnEvict, gives up the reclaim that
 // called it once OnEvict returns: the segment and every block in it stay

@@ -113,6 +113,24 @@ type HealthReporter interface {
 	Healthy() bool
 }
 
+// Demoter is the port through which a tier that reclaims space on its own
+// (G3 reusing its oldest segment) hands the core the live blocks it is
+// about to drop, so the core copies them down (to G4) or records them
+// lost. Demote runs on the goroutine of the put that needed space, while
+// every listed block still reads from the tier; it may call the tier's
+// Get, Stat, Usage and Relocator methods, never its Put or Delete (see
+// g3.Options.OnEvict).
+type Demoter interface {
+	Demote(keys []Key)
+}
+
+// Reclaimer is implemented by tiers that reclaim space on their own and so
+// need a Demoter. The core attaches itself (SetDemoter) when it opens,
+// before it writes to the tier: no block is reclaimed unseen by the core.
+type Reclaimer interface {
+	SetDemoter(d Demoter)
+}
+
 // Prober is implemented by tiers that can check their device or backend
 // without a block to read (G3.5 reads its pool's superblock page). The
 // core probes a tier when its bypass is lifted, so the tier is used again
