@@ -151,3 +151,49 @@ func TestBypassedTierIsNotReadAndNothingIsLost(t *testing.T) {
 		t.Fatalf("health after the bypass and a read: %+v", h)
 	}
 }
+
+// TestFullG3SpillsToG4: a G3 that answers "no space" is degraded (full):
+// write-back stores the blocks in G4, puts skip G3 for the backoff instead
+// of trying it for every block (counted as refused), and once G3 takes a
+// put again it is up and blocks land in it.
+func TestFullG3SpillsToG4(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 32<<20, 0, true, nil)
+	defer fs.close(t)
+	undo := fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Err: fmt.Errorf("segment: %w", tier.ErrNoSpace)})
+	want := data(10, 1<<20)
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	h := tierHealth(t, fs.store, tiering.TierG3)
+	if h.State.String() != "degraded" || !h.Full || h.Refused == 0 {
+		t.Fatalf("G3 after no space: %+v", h)
+	}
+	if n := fs.g3.Calls(faulttier.Put); n > 2 {
+		t.Fatalf("a full G3 was tried %d times for 16 blocks within its backoff", n)
+	}
+	if n := fs.g4.Calls(faulttier.Put); n < 16 {
+		t.Fatalf("G4 took %d of 16 blocks", n)
+	}
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, fs.store, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("bytes spilled to G4 read back wrong")
+	}
+	undo()
+	time.Sleep(1100 * time.Millisecond) // the full backoff
+	id2, _ := fs.store.Create("ns", 64<<10, "file")
+	if _, err := fs.store.WriteAt(ctx, id2, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id2, 10*time.Second)
+	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "up" || h.Full {
+		t.Fatalf("G3 after it takes blocks again: %+v", h)
+	}
+}
