@@ -62,6 +62,47 @@ type liveWatermarks interface {
 	SetWatermarks(ctx context.Context, high, low float64) error
 }
 
+// G3Limits are G3's capacity and watermarks as they change live (config
+// reload).
+type G3Limits = tier.Limits
+
+// G3Limits returns G3's capacity and watermarks in effect; ok is false
+// when there is no G3 tier whose limits change live.
+func (s *Store) G3Limits() (l G3Limits, ok bool) {
+	r, ok := s.g3.(tier.Resizer)
+	if !ok {
+		return l, false
+	}
+	return r.Limits(), true
+}
+
+// SetG3Limits changes G3's capacity and watermarks live (config reload):
+// the one route for both, so the core's admission threshold (G3's high
+// watermark) and G3's reclaim never disagree. Shrinking reclaims at once,
+// on the caller's goroutine (which must hold no lock of this Store), the
+// live blocks of reclaimed segments demoted through the core's port.
+// Errors: ErrInvalid when there is no G3 tier whose limits change live or
+// it refuses the values (nothing changes then); ErrClosed after Close.
+func (s *Store) SetG3Limits(ctx context.Context, l G3Limits) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	r, ok := s.g3.(tier.Resizer)
+	if !ok {
+		return fmt.Errorf("%w: %v", ErrInvalid, errNoLiveG3)
+	}
+	switch err := r.SetLimits(ctx, l); {
+	case err == nil:
+		return nil
+	case errors.Is(err, tier.ErrClosed), s.ctx.Err() != nil:
+		return fmt.Errorf("G3 limits: %w (%v)", ErrClosed, err)
+	case ctx.Err() != nil:
+		return err
+	default:
+		return fmt.Errorf("%w: G3 limits: %v", ErrInvalid, err)
+	}
+}
+
 // G3Watermarks returns the G3 high and low watermarks in effect (fractions
 // of G3 capacity): the G3 tier's own when it reports them, else
 // Config.G3High and 0. Both are 0 without a G3 tier.

@@ -174,18 +174,12 @@ func (d *daemon) reload(ctx context.Context, c *cli.Context, quiet bool) {
 		}
 		undo = append(undo, func() { _ = d.store.SetG2Limits(g2Limits(d.running)) })
 	}
-	if changedIn(g3Keys) && d.g3 != nil {
-		old := d.g3.Limits()
-		if changed["g3_size"] {
-			err = d.g3.SetLimits(ctx, g3.Limits{CapacityBytes: next.G3Size, HighWatermark: next.G3High, LowWatermark: next.G3Low})
-		} else {
-			err = d.store.SetG3Watermarks(next.G3High, next.G3Low)
-		}
-		if err != nil {
+	if old, ok := d.store.G3Limits(); changedIn(g3Keys) && ok {
+		if err := d.store.SetG3Limits(ctx, tiering.G3Limits{CapacityBytes: next.G3Size, HighWatermark: next.G3High, LowWatermark: next.G3Low}); err != nil {
 			rollback("G3 limits", err)
 			return
 		}
-		undo = append(undo, func() { _ = d.g3.SetLimits(ctx, old) })
+		undo = append(undo, func() { _ = d.store.SetG3Limits(ctx, old) })
 	}
 	d.level.Set(next.SlogLevel())
 	if len(added) > 0 {
@@ -222,8 +216,7 @@ func (d *daemon) liveSettings() []any {
 			out = append(out, "dram", config.FormatSize(t.CapacityBytes), "dram_high", t.HighWatermark, "dram_low", t.LowWatermark)
 		}
 	}
-	if d.g3 != nil {
-		l := d.g3.Limits()
+	if l, ok := d.store.G3Limits(); ok {
 		out = append(out, "g3_size", config.FormatSize(l.CapacityBytes), "g3_high", l.HighWatermark, "g3_low", l.LowWatermark)
 	}
 	if d.fuse != nil {

@@ -13,15 +13,10 @@ import (
 var ErrLimits = errors.New("g3: invalid limits")
 
 // Limits are the G3 settings that can change while the store runs (config
-// reload): the fields of Options with the same names and meanings.
-type Limits struct {
-	// CapacityBytes bounds the bytes of segment files on disk; 0 means
-	// unbounded.
-	CapacityBytes int64
-	// HighWatermark and LowWatermark are fractions of CapacityBytes
-	// (0 < Low < High <= 1); zero takes the default, as in Options.
-	HighWatermark, LowWatermark float64
-}
+// reload): the fields of Options with the same names and meanings
+// (CapacityBytes: bytes of segment files on disk). The store implements
+// tier.Resizer with them.
+type Limits = tier.Limits
 
 // Limits returns the capacity and watermarks in effect.
 func (s *Store) Limits() Limits {

@@ -131,6 +131,25 @@ type Reclaimer interface {
 	SetDemoter(d Demoter)
 }
 
+// Limits are a tier's capacity and reclaim watermarks.
+type Limits struct {
+	// CapacityBytes bounds the bytes the tier keeps on its device; 0
+	// means unbounded.
+	CapacityBytes int64
+	// HighWatermark and LowWatermark are fractions of CapacityBytes
+	// (0 < Low < High <= 1): above High the tier reclaims down to Low;
+	// zero takes the tier's default.
+	HighWatermark, LowWatermark float64
+}
+
+// Resizer is implemented by tiers whose capacity and watermarks change
+// while they run (G3). SetLimits may reclaim at once, on the caller's
+// goroutine, handing live blocks to the tier's Demoter.
+type Resizer interface {
+	Limits() Limits
+	SetLimits(ctx context.Context, l Limits) error
+}
+
 // Prober is implemented by tiers that can check their device or backend
 // without a block to read (G3.5 reads its pool's superblock page). The
 // core probes a tier when its bypass is lifted, so the tier is used again
