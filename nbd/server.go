@@ -131,11 +131,11 @@ func (s *Server) Exports() []ExportInfo {
 
 // NewServer binds every export to its object in be: the object named for
 // it in opts.StateDir/StateFile when that object still exists, else a new
-// one (tiering.KindNBD, sized Export.Size, a hole that reads as zeros).
-// An existing export smaller than its configured Size is grown; a larger
-// one is an error. An object of kind tiering.KindNBD with size 0 that no
-// export names (left by a crash between Create and the map update) is
-// deleted. Errors: a bad Export or Options, a duplicate name, a failing
+// one (kind label tiering.KindNBD, class tiering.DurabilityDevice, sized
+// Export.Size, a hole that reads as zeros). An existing export smaller than
+// its configured Size is grown; a larger one is an error. An object of
+// kind tiering.KindNBD with size 0 that no export names (left by a crash
+// between Create and the map update) is deleted. Errors: a bad Export or Options, a duplicate name, a failing
 // backend, an unreadable or unwritable state file.
 //
 // When the map names an object that no longer exists (the store dropped
@@ -214,7 +214,7 @@ func (s *Server) bind(ctx context.Context, e Export, doc *stateDoc) (*export, bo
 			return nil, false, fmt.Errorf("nbd: export %q: stat object %d: %w", e.Name, ent.ID, err)
 		}
 	}
-	id, err := s.be.Create(e.Namespace, e.BlockSize, tiering.KindNBD)
+	id, err := s.be.CreateWith(e.Namespace, e.BlockSize, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	if err != nil {
 		return nil, false, fmt.Errorf("nbd: export %q: create object: %w", e.Name, err)
 	}

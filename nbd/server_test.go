@@ -126,7 +126,7 @@ func TestNewServerBinding(t *testing.T) {
 	dir := t.TempDir()
 	// An empty NBD object no map names is an orphan (a crash between
 	// Create and the map update) and is deleted; a FUSE file is not touched.
-	orphan, _ := st.Create("nbd", 4096, tiering.KindNBD)
+	orphan, _ := st.CreateWith("nbd", 4096, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	file, _ := st.Create("nbd", 4096, "file")
 	srv, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
@@ -140,7 +140,7 @@ func TestNewServerBinding(t *testing.T) {
 	}
 	id := srv.Exports()[0].Object
 	info, err := st.Stat(id)
-	if err != nil || info.Kind != tiering.KindNBD || info.Size != 1<<20 || info.BlockSize != DefaultBlockSize {
+	if err != nil || info.Kind != tiering.KindNBD || info.Durability != tiering.DurabilityDevice || info.Size != 1<<20 || info.BlockSize != DefaultBlockSize {
 		t.Fatalf("export object: %+v %v", info, err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, StateFile))
