@@ -157,6 +157,19 @@ func TestNewServerBinding(t *testing.T) {
 	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil {
 		t.Fatal("export bound to a FUSE file")
 	}
+	// The map names an object labelled nbd but of the cache class (one an
+	// export must never be: it could be dropped): refused too.
+	cache, _ := st.Create("nbd", 4096, tiering.KindNBD)
+	if err := st.Truncate(context.Background(), cache, 4096); err != nil {
+		t.Fatal(err)
+	}
+	doc.Exports["a"] = stateEntry{ID: cache, Namespace: "nbd"}
+	if err := saveState(dir, doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil || !strings.Contains(err.Error(), "durability class cache") {
+		t.Fatalf("export bound to a cache-class object: %v", err)
+	}
 	// The object is gone (dropped by the store): a new, empty one.
 	if err := st.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
