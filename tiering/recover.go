@@ -50,7 +50,7 @@ func (s *Store) recover() error {
 	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
 		dur := recordDurability(rec)
 		if rec.State == stateDirty && dur == DurabilityDevice && rec.BlockSize >= tier.MinBlockSize {
-			s.recoverDevice(dur, id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
+			s.recoverDevice(id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
 			if rec4 != nil {
 				o := s.objects[id]
 				o.awaitG4 = true
@@ -146,9 +146,9 @@ func (s *Store) recover() error {
 // were in G3/G4 before the acknowledgement, so they are all here; a block
 // written after the last flush may read as its older version. Where both
 // tiers hold a block, G3 (written later, see writeBack) wins and the G4
-// copy is deleted. dur is the record's class (recordDurability).
-func (s *Store) recoverDevice(dur Durability, id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
-	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: dur, bs: rec.BlockSize, size: rec.Size,
+// copy is deleted.
+func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
+	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: DurabilityDevice, bs: rec.BlockSize, size: rec.Size,
 		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true,
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 	for _, k := range keys {
