@@ -1,5 +1,6 @@
 // Package nbd is ctxmemd's NBD block-device front end: it serves exports
-// whose bytes are objects of the tiering core (tiering.KindNBD), over the
+// whose bytes are objects of the tiering core (of durability class
+// tiering.DurabilityDevice, labelled tiering.KindNBD), over the
 // NBD protocol as proto.md of the NetworkBlockDevice project defines it,
 // to userspace clients (libnbd's nbdinfo/nbdcopy/nbdsh, qemu, fio) and to
 // the kernel (/dev/nbdN, see Attach).

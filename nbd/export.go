@@ -13,9 +13,11 @@ import (
 // end uses. Every method is safe for concurrent use. Errors are mapped to
 // NBD error values with tiering.Errno (see errnoFor).
 type Backend interface {
-	// Create makes a new empty object (size 0) in namespace ns split into
-	// blocks of blockSize bytes, tagged with kind (tiering.KindNBD here).
-	Create(ns string, blockSize int, kind string) (tiering.ObjectID, error)
+	// CreateWith makes a new empty object (size 0) in namespace ns split
+	// into blocks of blockSize bytes, with opts' kind label and durability
+	// class (tiering.KindNBD and tiering.DurabilityDevice here: an export
+	// is never dropped and its FLUSH is durable).
+	CreateWith(ns string, blockSize int, opts tiering.CreateOptions) (tiering.ObjectID, error)
 	// Stat describes one object; tiering.ErrNotExist when it is gone.
 	Stat(id tiering.ObjectID) (tiering.ObjectInfo, error)
 	// Objects lists every live object (used once, to find orphans).

@@ -40,7 +40,7 @@ type access struct {
 // holes.
 type recBackend struct{ calls []access }
 
-func (b *recBackend) Create(string, int, string) (tiering.ObjectID, error) {
+func (b *recBackend) CreateWith(string, int, tiering.CreateOptions) (tiering.ObjectID, error) {
 	return 0, errors.New("no")
 }
 func (b *recBackend) Stat(tiering.ObjectID) (tiering.ObjectInfo, error) {

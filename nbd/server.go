@@ -131,10 +131,11 @@ func (s *Server) Exports() []ExportInfo {
 
 // NewServer binds every export to its object in be: the object named for
 // it in opts.StateDir/StateFile when that object still exists, else a new
-// one (tiering.KindNBD, sized Export.Size, a hole that reads as zeros).
-// An existing export smaller than its configured Size is grown; a larger
-// one is an error. An object of kind tiering.KindNBD with size 0 that no
-// export names (left by a crash between Create and the map update) is
+// one (kind label tiering.KindNBD, class tiering.DurabilityDevice, sized
+// Export.Size, a hole that reads as zeros). An existing export smaller than
+// its configured Size is grown; a larger one, or one not of that kind and
+// class, is an error. An object of kind tiering.KindNBD with size 0 that
+// no export names (left by a crash between Create and the map update) is
 // deleted. Errors: a bad Export or Options, a duplicate name, a failing
 // backend, an unreadable or unwritable state file.
 //
@@ -199,14 +200,16 @@ func (s *Server) bind(ctx context.Context, e Export, doc *stateDoc) (*export, bo
 	if ent, ok := doc.Exports[e.Name]; ok {
 		info, err := s.be.Stat(ent.ID)
 		switch {
-		case err == nil && info.Kind == tiering.KindNBD:
+		case err == nil && info.Kind == tiering.KindNBD && info.Durability == tiering.DurabilityDevice:
 			if info.BlockSize != e.BlockSize {
 				s.log.Warn("export keeps the block size it was created with", "export", e.Name,
 					"block_size", info.BlockSize, "configured", e.BlockSize)
 			}
 			return &export{Export: e, id: ent.ID, bs: info.BlockSize}, false, nil
-		case err == nil:
+		case err == nil && info.Kind != tiering.KindNBD:
 			return nil, false, fmt.Errorf("nbd: export %q: object %d has kind %q, not %q", e.Name, ent.ID, info.Kind, tiering.KindNBD)
+		case err == nil:
+			return nil, false, fmt.Errorf("nbd: export %q: object %d is of durability class %v, not %v", e.Name, ent.ID, info.Durability, tiering.DurabilityDevice)
 		case errors.Is(err, tiering.ErrNotExist):
 			s.log.Error("export object is gone from the store; the export starts empty (were writes not flushed before a crash?)",
 				"export", e.Name, "object", ent.ID)
@@ -214,7 +217,7 @@ func (s *Server) bind(ctx context.Context, e Export, doc *stateDoc) (*export, bo
 			return nil, false, fmt.Errorf("nbd: export %q: stat object %d: %w", e.Name, ent.ID, err)
 		}
 	}
-	id, err := s.be.Create(e.Namespace, e.BlockSize, tiering.KindNBD)
+	id, err := s.be.CreateWith(e.Namespace, e.BlockSize, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	if err != nil {
 		return nil, false, fmt.Errorf("nbd: export %q: create object: %w", e.Name, err)
 	}

@@ -126,7 +126,7 @@ func TestNewServerBinding(t *testing.T) {
 	dir := t.TempDir()
 	// An empty NBD object no map names is an orphan (a crash between
 	// Create and the map update) and is deleted; a FUSE file is not touched.
-	orphan, _ := st.Create("nbd", 4096, tiering.KindNBD)
+	orphan, _ := st.CreateWith("nbd", 4096, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	file, _ := st.Create("nbd", 4096, "file")
 	srv, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
@@ -140,7 +140,7 @@ func TestNewServerBinding(t *testing.T) {
 	}
 	id := srv.Exports()[0].Object
 	info, err := st.Stat(id)
-	if err != nil || info.Kind != tiering.KindNBD || info.Size != 1<<20 || info.BlockSize != DefaultBlockSize {
+	if err != nil || info.Kind != tiering.KindNBD || info.Durability != tiering.DurabilityDevice || info.Size != 1<<20 || info.BlockSize != DefaultBlockSize {
 		t.Fatalf("export object: %+v %v", info, err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, StateFile))
@@ -156,6 +156,19 @@ func TestNewServerBinding(t *testing.T) {
 	}
 	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil {
 		t.Fatal("export bound to a FUSE file")
+	}
+	// The map names an object labelled nbd but of the cache class (one an
+	// export must never be: it could be dropped): refused too.
+	cache, _ := st.Create("nbd", 4096, tiering.KindNBD)
+	if err := st.Truncate(context.Background(), cache, 4096); err != nil {
+		t.Fatal(err)
+	}
+	doc.Exports["a"] = stateEntry{ID: cache, Namespace: "nbd"}
+	if err := saveState(dir, doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil || !strings.Contains(err.Error(), "durability class cache") {
+		t.Fatalf("export bound to a cache-class object: %v", err)
 	}
 	// The object is gone (dropped by the store): a new, empty one.
 	if err := st.Delete(context.Background(), id); err != nil {

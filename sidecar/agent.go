@@ -179,9 +179,9 @@ func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 }
 
 // Created implements tiering.Observer.
-func (a *Agent) Created(id tiering.ObjectID, ns, kind string) {
+func (a *Agent) Created(id tiering.ObjectID, ns, kind string, d tiering.Durability) {
 	a.rank.Touch(id, time.Now())
-	if kind != tiering.KindNBD {
+	if d == tiering.DurabilityCache { // device objects are not KV cache the cluster may share
 		a.queueEvent(msg.EvStored, id)
 	}
 }

@@ -280,8 +280,8 @@ func (a *Agent) resync(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if o.Kind == tiering.KindNBD {
-			continue
+		if o.Durability != tiering.DurabilityCache {
+			continue // a device (NBD export) is not KV cache the cluster may share
 		}
 		ns, path, ok := a.files.Path(o.ID)
 		if !ok {

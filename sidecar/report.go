@@ -84,10 +84,13 @@ func (a *Agent) BuildReport(now time.Time) *msg.Report {
 			r.Hot = append(r.Hot, o)
 		}
 	}
+	// Cold candidates are KV cache the scheduler may move or drop: a
+	// device-class object (an NBD export) is never dropped and is not
+	// KV cache, so it is parked like a pinned one.
 	var park []tiering.ObjectID
 	skip := func(id tiering.ObjectID) bool {
 		res, err := a.store.Residency(id)
-		if err != nil || res.Kind == tiering.KindNBD || res.Pinned || !where(res).AboveG4() {
+		if err != nil || res.Durability != tiering.DurabilityCache || res.Pinned || !where(res).AboveG4() {
 			park = append(park, id)
 			return true
 		}

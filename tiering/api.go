@@ -33,8 +33,11 @@ type ObjectInfo struct {
 	Pinned    bool
 	Dirty     bool // has blocks not yet written back below G2
 	Created   time.Time
-	// Kind is a free-form tag set at creation ("file", "nbd").
+	// Kind is the front end's free-form label set at creation ("file",
+	// "nbd"); the store gives it no meaning.
 	Kind string
+	// Durability is the class chosen at creation (CreateOptions).
+	Durability Durability
 }
 
 // Blocks returns the number of blocks the object spans.

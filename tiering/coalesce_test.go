@@ -100,7 +100,7 @@ func TestWriteBackHoldsInPlaceRewrites(t *testing.T) {
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.WriteBackDelay = delay })
 	defer fs.close(t)
 	const bs = 64 << 10
-	id, err := fs.store.Create("ns", bs, tiering.KindNBD)
+	id, err := fs.store.CreateWith("ns", bs, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestWriteBackWatermarkReleasesOldest(t *testing.T) {
 	const n = 24 // 1.5 MiB of dirty blocks: 0.5 MiB over the watermark
 	ids := make([]tiering.ObjectID, n)
 	for i := range ids {
-		id, err := fs.store.Create("ns", bs, tiering.KindNBD)
+		id, err := fs.store.CreateWith("ns", bs, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 		if err != nil {
 			t.Fatal(err)
 		}

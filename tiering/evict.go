@@ -146,14 +146,14 @@ var errNoLowerTier = errors.New("evicted from G2: no tier below it")
 // back on, the victim's whole object leaves (it is removed and the front
 // end told through OnLost, as for a lost object), never a block of it,
 // which would leave a file with a hole nobody wrote. Pinned objects and
-// NBD exports (a device never loses its blocks) stay.
+// objects of class DurabilityDevice (never dropped) stay.
 //
 // An object written less than volatileWriteGrace ago is kept for now
 // (false): evicting the file a writer is filling would make its next write
 // fail with ENOENT; that writer gets ENOSPC from waitRoom instead.
 func (s *Store) evictObject(o *object) bool {
 	o.mu.RLock()
-	gone := o.deleted || o.pinned || o.kind == KindNBD
+	gone := o.deleted || o.pinned || o.dur == DurabilityDevice
 	if !gone && o.held() {
 		o.mu.RUnlock()
 		return false // open by passthrough: kept for now
@@ -234,7 +234,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	s.c.evictions[tiG3].Add(1)
-	export := o.kind == KindNBD
+	export := o.dur == DurabilityDevice
 	if export && !b.inG4 && o.isBusy(k.Index) && (s.relocateInG3(k) || s.postponeG3Reclaim()) {
 		// A put or delete of this key is in flight (often the very
 		// write-back whose roll-over reclaims this segment), so neither a

@@ -152,7 +152,7 @@ func TestUnansweredG4PutIsDeletedBeforeFlush(t *testing.T) {
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.G3 = nil })
 	defer fs.close(t)
 	undo := fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, Err: tier.ErrUnavailable, Late: true})
-	id, err := fs.store.Create("nbd", 64<<10, tiering.KindNBD)
+	id, err := fs.store.CreateWith("nbd", 64<<10, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestReclaimKeepsFlushedVersionOfBusyExportBlock(t *testing.T) {
 // newExport creates an NBD export of blocks blocks of bs bytes.
 func newExport(t *testing.T, fs *faultStack, bs int, blocks int64) tiering.ObjectID {
 	t.Helper()
-	id, err := fs.store.Create("nbd", bs, tiering.KindNBD)
+	id, err := fs.store.CreateWith("nbd", bs, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	if err != nil {
 		t.Fatal(err)
 	}

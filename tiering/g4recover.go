@@ -180,7 +180,7 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 					continue
 				}
 				if o.blocks[k.Index] != nil {
-					continue // in G3 too: G3 wins (recoverExport); the G4 copy is garbage
+					continue // in G3 too: G3 wins (recoverDevice); the G4 copy is garbage
 				}
 				o.blocks[k.Index] = &blockState{inG4: true}
 				used[k] = true

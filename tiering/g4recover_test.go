@@ -277,7 +277,7 @@ func TestDirtyExportWaitsForG4(t *testing.T) {
 	g4 := &outageTier{memTier: newMemTier("G4", 0)}
 	s := openTest(t, dir, nil, g4, 4<<20) // no G3: blocks go to G4
 	ctx := context.Background()
-	id, err := s.Create("ns", recBS, KindNBD)
+	id, err := s.CreateWith("ns", recBS, CreateOptions{Kind: KindNBD, Durability: DurabilityDevice})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestDirtyExportWaitsForG4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &objectRecord{Namespace: "ns", Kind: KindNBD, BlockSize: recBS, Size: int64(len(img)), Gen: 1, State: stateDirty}
+	rec := &objectRecord{Namespace: "ns", Kind: KindNBD, Durability: "device", BlockSize: recBS, Size: int64(len(img)), Gen: 1, State: stateDirty}
 	if err := m.put(id, rec); err != nil {
 		t.Fatal(err)
 	}

@@ -527,8 +527,8 @@ func (s *Store) signalFlushed(o *object) {
 // bytes survive a kill -9 of the daemon; when the G3 tier supports Sync,
 // also a power cut. Errors: ErrNotExist, ErrLost, ctx errors.
 func (s *Store) Flush(ctx context.Context, id ObjectID) error {
-	if o := s.get(id); o != nil && o.kind == KindNBD {
-		return s.flushExport(ctx, o)
+	if o := s.get(id); o != nil && o.dur == DurabilityDevice {
+		return s.flushDevice(ctx, o)
 	}
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
@@ -665,11 +665,12 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 	return err
 }
 
-// flushExport is Flush for NBD exports: it waits only for the blocks dirty
-// at the call (a device's FLUSH covers writes completed before it, and a
-// busy writer must not starve it), and makes sure the export has a record,
-// so recovery finds it (see recoverExport).
-func (s *Store) flushExport(ctx context.Context, o *object) error {
+// flushDevice is Flush for objects of class DurabilityDevice (NBD
+// exports): it waits only for the blocks dirty at the call (a device's
+// FLUSH covers writes completed before it, and a busy writer must not
+// starve it), and makes sure the object has a record, so recovery finds it
+// (see recoverDevice).
+func (s *Store) flushDevice(ctx context.Context, o *object) error {
 	o.mu.Lock()
 	if o.deleted {
 		o.mu.Unlock()

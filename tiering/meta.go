@@ -25,9 +25,18 @@ import (
 //   - at Delete (removed) and SetPinned.
 //
 // On Open, a record still marked dirty means the process died with bytes
-// that never reached G3/G4: the object is dropped whole (KV cache may be
-// lost, never served wrong). A clean record lists every written block; each
-// must be found in G3 or G4 or the object is lost. Unlisted blocks are holes.
+// that never reached G3/G4: a DurabilityCache object is dropped whole (KV
+// cache may be lost, never served wrong); a DurabilityDevice object is
+// rebuilt from the blocks of its generation found below G2
+// (recoverDevice). A clean record lists every written block; each must be
+// found in G3 or G4 or the object is lost. Unlisted blocks are holes.
+//
+// The record carries the object's durability class by name
+// ("durability": "cache" or "device"). A record written before classes
+// existed has no such field: it is DurabilityDevice if its kind is "nbd"
+// (such objects were never dropped then), DurabilityCache otherwise
+// (recordDurability), and the next record written for the object names
+// its class.
 //
 // The database runs with NoSync: records survive kill -9 (they are in the
 // page cache) but not a power cut, which can lose recent records; recovery
@@ -48,14 +57,17 @@ const (
 )
 
 type objectRecord struct {
-	Namespace string    `json:"ns"`
-	Kind      string    `json:"kind,omitempty"`
-	BlockSize int       `json:"bs"`
-	Size      int64     `json:"size"`
-	Gen       uint64    `json:"gen"`
-	Pinned    bool      `json:"pinned,omitempty"`
-	Created   time.Time `json:"created"`
-	State     string    `json:"state"`
+	Namespace string `json:"ns"`
+	Kind      string `json:"kind,omitempty"`
+	// Durability is the class's name (Durability.String); absent in
+	// records of versions before classes existed (recordDurability).
+	Durability string    `json:"durability,omitempty"`
+	BlockSize  int       `json:"bs"`
+	Size       int64     `json:"size"`
+	Gen        uint64    `json:"gen"`
+	Pinned     bool      `json:"pinned,omitempty"`
+	Created    time.Time `json:"created"`
+	State      string    `json:"state"`
 	// Written lists written block indexes as [first, last] runs.
 	Written [][2]uint32 `json:"written,omitempty"`
 }
@@ -165,7 +177,8 @@ func (m *metaDB) load(fn func(ObjectID, *objectRecord)) (ObjectID, error) {
 }
 
 // decodeObjectRecord parses an objects-bucket value and checks what
-// recovery relies on: a known state, a block size Create accepts, a
+// recovery relies on: a known state, a known durability class (or none,
+// see recordDurability), a block size Create accepts, a
 // non-negative size and written runs as toRuns makes them (first ≤ last,
 // ascending, disjoint). Only a damaged or foreign value fails: put never
 // writes one.
@@ -182,6 +195,11 @@ func decodeObjectRecord(v []byte) (objectRecord, error) {
 		return objectRecord{}, fmt.Errorf("object record: block size %d", bs)
 	case rec.Size < 0:
 		return objectRecord{}, fmt.Errorf("object record: size %d", rec.Size)
+	}
+	if rec.Durability != "" {
+		if _, err := ParseDurability(rec.Durability); err != nil {
+			return objectRecord{}, fmt.Errorf("object record: %w", err)
+		}
 	}
 	next := int64(0) // least index the next run may start at
 	for _, r := range rec.Written {

@@ -212,7 +212,8 @@ type Residency struct {
 	Blocks          int // written blocks
 	G2, G3, G35, G4 int
 	Pinned          bool
-	Kind            string
+	Kind            string     // the object's label (CreateOptions.Kind)
+	Durability      Durability // the object's class
 	Namespace       string
 	Size            int64 // bytes
 }
@@ -225,7 +226,7 @@ func (s *Store) Residency(id ObjectID) (Residency, error) {
 		return Residency{}, err
 	}
 	defer o.mu.RUnlock()
-	r := Residency{Blocks: len(o.blocks), Pinned: o.pinned, Kind: o.kind, Namespace: o.ns, Size: o.size}
+	r := Residency{Blocks: len(o.blocks), Pinned: o.pinned, Kind: o.kind, Durability: o.dur, Namespace: o.ns, Size: o.size}
 	for _, b := range o.blocks {
 		if b.g2.Load() != nil {
 			r.G2++

@@ -18,7 +18,7 @@ type recObserver struct {
 func newRecObserver() *recObserver {
 	return &recObserver{created: map[ObjectID]int{}, accessed: map[ObjectID]int{}, removed: map[ObjectID]int{}}
 }
-func (r *recObserver) Created(id ObjectID, ns, kind string) {
+func (r *recObserver) Created(id ObjectID, ns, kind string, _ Durability) {
 	r.mu.Lock()
 	r.created[id]++
 	r.mu.Unlock()

@@ -124,7 +124,8 @@ type object struct {
 	mu      sync.RWMutex
 	id      ObjectID
 	ns      string
-	kind    string
+	kind    string     // front end's label (CreateOptions.Kind); no meaning here
+	dur     Durability // fixed at creation; decides drops, retries and flush
 	bs      int
 	size    int64
 	gen     uint64
@@ -228,11 +229,11 @@ func (o *object) blockLen(idx uint32) int {
 
 func (o *object) info() ObjectInfo {
 	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.ptSize(), Gen: o.gen, BlockSize: o.bs,
-		Pinned: o.pinned, Dirty: o.dirty > 0, Created: o.created, Kind: o.kind}
+		Pinned: o.pinned, Dirty: o.dirty > 0, Created: o.created, Kind: o.kind, Durability: o.dur}
 }
 
 func (o *object) record(state string) *objectRecord {
-	rec := &objectRecord{Namespace: o.ns, Kind: o.kind, BlockSize: o.bs, Size: o.size, Gen: o.gen,
+	rec := &objectRecord{Namespace: o.ns, Kind: o.kind, Durability: o.dur.String(), BlockSize: o.bs, Size: o.size, Gen: o.gen,
 		Pinned: o.pinned, Created: o.created, State: state}
 	if state == stateClean {
 		idx := make([]uint32, 0, len(o.blocks))

@@ -8,8 +8,9 @@ import "time"
 // and WriteAt call), so implementations must be cheap and must not call
 // back into the Store.
 type Observer interface {
-	// Created: a new object (Create). ns is its namespace, kind its tag.
-	Created(id ObjectID, ns, kind string)
+	// Created: a new object (CreateWith, Import). ns is its namespace,
+	// kind its label, d its durability class.
+	Created(id ObjectID, ns, kind string, d Durability)
 	// Accessed: one ReadAt or WriteAt call on the object at now.
 	Accessed(id ObjectID, now time.Time)
 	// Removed: the object was deleted or lost.

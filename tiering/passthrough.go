@@ -375,7 +375,7 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		return PassthroughInfo{}, err
 	}
 	defer o.mu.Unlock()
-	if o.kind == KindNBD || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0) && !o.residentInMemFile()) {
+	if o.dur == DurabilityDevice || o.awaitG4 || (o.size > s.cfg.PassthroughMaxBytes && (o.mf == nil || o.mf.opens == 0) && !o.residentInMemFile()) {
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
 	if write {
@@ -610,7 +610,7 @@ func (s *Store) retireMemFileLocked(o *object) {
 // made one (the caller trims the memory files after unlocking). o.mu held
 // for writing.
 func (s *Store) maybeMemFileLocked(o *object, end int64) bool {
-	if !s.cfg.MemFiles || o.mf != nil || o.kind == KindNBD || len(o.blocks) > 0 ||
+	if !s.cfg.MemFiles || o.mf != nil || o.dur == DurabilityDevice || len(o.blocks) > 0 ||
 		!s.pt.reserve(s.cfg.PassthroughMaxFiles) {
 		return false
 	}

@@ -48,8 +48,9 @@ func (s *Store) recover() error {
 	used := make(map[tier.Key]bool)
 	var lost []ObjectID
 	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
-		if rec.State == stateDirty && rec.Kind == KindNBD && rec.BlockSize >= tier.MinBlockSize {
-			s.recoverExport(id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
+		dur := recordDurability(rec)
+		if rec.State == stateDirty && dur == DurabilityDevice && rec.BlockSize >= tier.MinBlockSize {
+			s.recoverDevice(id, rec, byObject[uint64(id)], func(k tier.Key) (bool, bool) { l := present[k]; return l.g3, l.g4 }, used)
 			if rec4 != nil {
 				o := s.objects[id]
 				o.awaitG4 = true
@@ -61,7 +62,7 @@ func (s *Store) recover() error {
 			lost = append(lost, id)
 			return
 		}
-		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, bs: rec.BlockSize, size: rec.Size,
+		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: dur, bs: rec.BlockSize, size: rec.Size,
 			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true,
 			blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 		if o.created.IsZero() {
@@ -137,16 +138,17 @@ func (s *Store) recover() error {
 	return nil
 }
 
-// recoverExport rebuilds an NBD export recorded dirty (the daemon died with
-// writes not yet written back). A block device cannot lose a whole device
-// for that: every block of the export's generation found in G3 or G4 is
-// kept, as a disk keeps whatever reached it. Writes acknowledged by FLUSH or
-// FUA were in G3/G4 before the acknowledgement, so they are all here; a
-// block written after the last flush may read as its older version. Where
-// both tiers hold a block, G3 (written later, see writeBack) wins and the
-// G4 copy is deleted.
-func (s *Store) recoverExport(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
-	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, bs: rec.BlockSize, size: rec.Size,
+// recoverDevice rebuilds an object of class DurabilityDevice (an NBD
+// export) recorded dirty (the daemon died with writes not yet written
+// back). A block device cannot lose a whole device for that: every block
+// of the object's generation found in G3 or G4 is kept, as a disk keeps
+// whatever reached it. Writes acknowledged by Flush (NBD FLUSH or FUA)
+// were in G3/G4 before the acknowledgement, so they are all here; a block
+// written after the last flush may read as its older version. Where both
+// tiers hold a block, G3 (written later, see writeBack) wins and the G4
+// copy is deleted.
+func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
+	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: DurabilityDevice, bs: rec.BlockSize, size: rec.Size,
 		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true,
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 	for _, k := range keys {
@@ -167,5 +169,5 @@ func (s *Store) recoverExport(id ObjectID, rec *objectRecord, keys []tier.Key, w
 	}
 	s.objects[id] = o
 	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Time{}})
-	s.log.Info("export recovered after an unclean stop", "object", id, "blocks", len(o.blocks))
+	s.log.Info("device-class object recovered after an unclean stop", "object", id, "kind", o.kind, "blocks", len(o.blocks))
 }

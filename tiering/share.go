@@ -96,7 +96,8 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 // block). register is called with the new object's id and generation
 // before the object becomes visible, so the G3.5 tier can map the
 // object's block keys to the pool records (it must not call back into the
-// Store); its error aborts the import. Imported objects are never recorded
+// Store); its error aborts the import. Imported objects are of class
+// DurabilityCache (kind is their label) and are never recorded
 // in the metadata database: after a restart they are gone (the engine
 // recomputes, or imports again). Errors: ErrInvalid (no G3.5 tier, bad
 // block size or size), ErrClosed, register's error.
@@ -134,7 +135,7 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	s.objects[id] = o
 	s.mu.Unlock()
 	if ob := s.observer(); ob != nil {
-		ob.Created(id, ns, kind)
+		ob.Created(id, ns, kind, o.dur)
 	}
 	return id, nil
 }

@@ -13,6 +13,17 @@
 // CRC32C by the tier; a block that is gone from every tier makes its object
 // lost (removed whole, ErrLost to the reader that found out, ENOENT after).
 // See meta.go for what survives a crash.
+//
+// Durability classes: every object has one, chosen at creation
+// (CreateOptions.Durability) and persisted with it. DurabilityCache
+// objects (KV cache files) may be dropped under pressure and on failures
+// that outlast WriteTimeout; DurabilityDevice objects (NBD exports) never
+// are: a G2-only store never evicts them, their write-back is retried
+// until it succeeds, Flush covers the writes made before it and records
+// the object at once, G3 reclaim keeps their blocks when G4 cannot, G4
+// retention keeps their blocks (KeyDurability) and an unclean stop
+// rebuilds them from what reached G3/G4. The class alone decides this; an object's Kind is a label
+// for its front end (see durability.go).
 package tiering
 
 import (
@@ -436,12 +447,23 @@ func (s *Store) allocID() (ObjectID, error) {
 	return id, nil
 }
 
-// Create makes a new empty object (size 0, generation 1) in namespace ns
-// with the given block size (a power of two, 4 KiB–4 MiB) and kind tag.
-// Errors: ErrInvalid, ErrClosed, metadata write failures.
+// Create makes a new empty object of class DurabilityCache with the given
+// kind label: CreateWith(ns, blockSize, CreateOptions{Kind: kind}).
 func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) {
+	return s.CreateWith(ns, blockSize, CreateOptions{Kind: kind})
+}
+
+// CreateWith makes a new empty object (size 0, generation 1) in namespace
+// ns with the given block size (a power of two, 4 KiB–4 MiB), kind label
+// and durability class (opts). Errors: ErrInvalid (block size, unknown
+// class), ErrClosed, metadata write failures.
+func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (ObjectID, error) {
+	kind := opts.Kind
 	if s.closed.Load() {
 		return 0, ErrClosed
+	}
+	if !opts.Durability.valid() {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, opts.Durability)
 	}
 	if blockSize < tier.MinBlockSize || blockSize > tier.MaxBlockSize || blockSize&(blockSize-1) != 0 {
 		return 0, fmt.Errorf("%w: block size %d (need a power of two, 4 KiB–4 MiB)", ErrInvalid, blockSize)
@@ -454,7 +476,7 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 	// is what a dirty record would say too. Its first record (clean) is
 	// written once it is idle (cleanLoop), so creating and writing a KV
 	// file costs no metadata commit on the caller's path.
-	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(),
+	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: time.Now(),
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
 	s.mu.Lock()
 	s.objects[id] = o
@@ -463,7 +485,7 @@ func (s *Store) Create(ns string, blockSize int, kind string) (ObjectID, error) 
 	s.scheduleClean(o)
 	o.mu.Unlock()
 	if ob := s.observer(); ob != nil {
-		ob.Created(id, ns, kind)
+		ob.Created(id, ns, kind, o.dur)
 	}
 	return id, nil
 }
@@ -604,8 +626,8 @@ func (s *Store) removeObject(id ObjectID, why error, lost bool) {
 		o.mu.Unlock()
 		return
 	}
-	if o.kind == KindNBD {
-		s.log.Error("export block lost", "object", id, "err", why)
+	if o.dur == DurabilityDevice {
+		s.log.Error("block of a device-class object lost", "object", id, "kind", o.kind, "err", why)
 	}
 	if o.persisted {
 		_ = s.meta.del(id)
@@ -631,10 +653,6 @@ func (s *Store) removeObject(id ObjectID, why error, lost bool) {
 		fn(id)
 	}
 }
-
-// KindNBD tags objects that back NBD exports: their blocks are never
-// dropped, only demoted.
-const KindNBD = "nbd"
 
 // SetPinned pins (or unpins) every block of the object in G2: pinned blocks
 // are promoted and never evicted. Errors: ErrNotExist, tier.ErrNoSpace when
@@ -931,18 +949,6 @@ func (s *Store) Stats() Stats {
 		st.Degraded = *p
 	}
 	return st
-}
-
-// IsExportBlock reports whether k is a block of the current generation of
-// an NBD export (such blocks are never dropped or expired).
-func (s *Store) IsExportBlock(k tier.Key) bool {
-	o := s.get(ObjectID(k.Object))
-	if o == nil {
-		return false
-	}
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	return o.kind == KindNBD && o.gen == k.Gen && o.ns == k.Namespace
 }
 
 // G2Limits are the G2 settings that can change while the store runs.

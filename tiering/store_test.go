@@ -355,7 +355,7 @@ func TestDiscard(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir(), newMemTier("G3", 0), newMemTier("G4", 0), 16<<20)
 	defer s.Close()
-	id, _ := s.Create("ns", 4096, "nbd")
+	id, _ := s.CreateWith("ns", 4096, CreateOptions{Kind: KindNBD, Durability: DurabilityDevice})
 	want := pattern(9, 5*4096)
 	s.WriteAt(ctx, id, want, 0)
 	// Discard from the middle of block 1 to the middle of block 3.
@@ -432,7 +432,7 @@ func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
 	g3 := newMemTier("G3", 0)
 	s := openTest(t, t.TempDir(), g3, nil, 16<<20)
 	defer s.Close()
-	id, _ := s.Create("ns", 4096, KindNBD)
+	id, _ := s.CreateWith("ns", 4096, CreateOptions{Kind: KindNBD, Durability: DurabilityDevice})
 	s.WriteAt(ctx, id, pattern(1, 4096), 0)
 	if err := s.Flush(ctx, id); err != nil {
 		t.Fatal(err)

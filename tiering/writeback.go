@@ -110,12 +110,12 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	copyBlock(data, g, 0)
 	ver := b.version
 	k := o.key(r.idx)
-	kind := o.kind
+	dur := o.dur
 	o.mu.Unlock()
 
 	ti, err := s.putLower(s.ctx, r, k, data)
 	if err != nil {
-		s.writeBackFailed(o, b, r, k, kind, err)
+		s.writeBackFailed(o, b, r, k, dur, err)
 		return
 	}
 	s.c.demotions[ti].Add(1)
@@ -187,13 +187,14 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	}
 }
 
-// writeBackFailed handles a failed put of block r (version of b). Export
-// blocks are retried until a tier takes them (a device never drops
-// acknowledged writes). File blocks are retried while the tiers below are
+// writeBackFailed handles a failed put of block r (version of b) of an
+// object of class dur. Blocks of DurabilityDevice objects are retried
+// until a tier takes them (a device never drops acknowledged writes).
+// Blocks of DurabilityCache objects are retried while the tiers below are
 // unavailable or full, for up to Config.WriteTimeout since the first
 // failure, with pauses doubling to wbRetryMax; then, or at once for any
 // other error, the object is dropped as lost and the reason counted.
-func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, kind string, err error) {
+func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, dur Durability, err error) {
 	o.mu.Lock()
 	b.retries++
 	if b.failedAt.IsZero() {
@@ -209,7 +210,7 @@ func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, ki
 	s.wbErr.Store(&err)
 	s.logLimited("write-back failed", "key", k.String(), "err", err)
 	transient := errors.Is(err, tier.ErrUnavailable) || errors.Is(err, tier.ErrNoSpace) || errors.Is(err, context.DeadlineExceeded)
-	if kind == KindNBD || (transient && since < s.cfg.WriteTimeout) {
+	if dur == DurabilityDevice || (transient && since < s.cfg.WriteTimeout) {
 		s.retryWB(r, b, o, min(wbRetryMin<<min(tries-1, 5), wbRetryMax))
 		return
 	}

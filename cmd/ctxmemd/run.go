@@ -250,9 +250,12 @@ func (d *daemon) open(ctx context.Context) error {
 		}
 		t, err := g4.NewTier(objects, g4.TierOptions{
 			Capacity: capacity, HighWatermark: cfg.G4High, LowWatermark: cfg.G4Low,
+			// Blocks of device-class objects (NBD exports) are never
+			// expired or evicted by size: the core, which alone knows
+			// which object generation a key belongs to, answers.
 			Retain: func(k tier.Key) bool {
 				st := storeRef.Load()
-				return st != nil && st.IsExportBlock(k)
+				return st != nil && st.KeyDurability(k) == tiering.DurabilityDevice
 			},
 			// An object store that does not answer at start must not
 			// take the mount down: G4 starts unlisted and the core

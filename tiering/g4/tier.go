@@ -42,8 +42,10 @@ type TierOptions struct {
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 	// Retain, if set, exempts blocks from expiry and size eviction when it
-	// returns true (NBD export blocks must never be dropped, see
-	// DESIGN.md). It is called with no lock of the tier held.
+	// returns true: ctxmemd answers with the core's durability class of
+	// the key (tiering.Store.KeyDurability), so blocks of device-class
+	// objects such as NBD exports are never dropped. It is called with no
+	// lock of the tier held.
 	Retain func(k tier.Key) bool
 	// OpenUnlisted makes NewTier return the tier even when its first
 	// listing gets no answer (an error wrapping tier.ErrUnavailable, or
