@@ -102,7 +102,8 @@ func recordDurability(rec *objectRecord) Durability {
 // KeyDurability returns the durability class of the object whose current
 // generation k is a block of, and DurabilityCache for a key of no live
 // object, of an older generation or of another namespace (garbage). It is
-// what G4 retention asks (g4.TierOptions.Retain): blocks for which it
+// what G4 retention asks (through g4Retainer, the tier.Retainer port Open
+// attaches to G4): blocks for which it
 // returns DurabilityDevice are never expired or evicted by size. It takes
 // the object's read lock and no other.
 func (s *Store) KeyDurability(k tier.Key) Durability {
@@ -117,3 +118,10 @@ func (s *Store) KeyDurability(k tier.Key) Durability {
 	}
 	return o.dur
 }
+
+// g4Retainer is the core's tier.Retainer port for G4 (attached in Open):
+// blocks of device-class objects are never expired or evicted by size.
+type g4Retainer struct{ s *Store }
+
+// Retain implements tier.Retainer.
+func (r g4Retainer) Retain(k tier.Key) bool { return r.s.KeyDurability(k) == DurabilityDevice }

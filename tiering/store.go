@@ -308,6 +308,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if r, ok := cfg.G3.(tier.Reclaimer); ok {
 		r.SetDemoter(g3Demoter{s})
 	}
+	// Likewise into G4's expiry and size eviction: device-class blocks
+	// stay.
+	if r, ok := cfg.G4.(tier.Retaining); ok {
+		r.SetRetainer(g4Retainer{s})
+	}
 	if s.volatile {
 		s.log.Warn("no tier below G2 (no G3, no G4): files live in DRAM only, are evicted whole under memory pressure and are gone after a stop")
 	}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
+	"github.com/ctxmem/ctxmemd/tiering/g4"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -195,5 +197,49 @@ func TestFullG3SpillsToG4(t *testing.T) {
 	flushWithin(t, fs.store, id2, 10*time.Second)
 	if h := tierHealth(t, fs.store, tiering.TierG3); h.State.String() != "up" || h.Full {
 		t.Fatalf("G3 after it takes blocks again: %+v", h)
+	}
+}
+
+// TestCoreRetainsDeviceBlocksInG4: the core attaches itself to G4 as its
+// tier.Retainer at Open (no callback wired by the caller): G4's expiry
+// keeps the blocks of a device-class object and drops a cache object's.
+func TestCoreRetainsDeviceBlocksInG4(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	local, err := g4.NewLocal(filepath.Join(dir, "g4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t4, err := g4.NewTier(local, g4.TierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t4.Close()
+	s, err := tiering.Open(ctx, tiering.Config{DataDir: dir, G2Bytes: 8 << 20, G4: t4, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dev, err := s.CreateWith("ns", 64<<10, tiering.CreateOptions{Kind: "vol", Durability: tiering.DurabilityDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := s.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := data(11, 256<<10)
+	for _, id := range []tiering.ObjectID{dev, file} {
+		if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
+			t.Fatal(err)
+		}
+		flushWithin(t, s, id, 10*time.Second)
+	}
+	n, err := t4.ExpireBefore(ctx, time.Now().Add(time.Hour))
+	if err != nil || n != 4 {
+		t.Fatalf("expiry deleted %d blocks (%v); want the cache object's 4 only", n, err)
+	}
+	if u := t4.Usage(); u.Blocks != 4 {
+		t.Fatalf("G4 keeps %d blocks; want the device object's 4", u.Blocks)
 	}
 }

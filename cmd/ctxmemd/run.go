@@ -210,7 +210,6 @@ func (d *daemon) open(ctx context.Context) error {
 	d.lat = metrics.NewLatencies()
 	d.curves = mrc.NewSet(mrc.Config{})
 	cfg := d.cfg
-	var storeRef atomic.Pointer[tiering.Store]
 	var t3, t4, t35 tier.Tier
 	if cfg.ControlPlane() {
 		if err := d.openBus(); err != nil {
@@ -252,11 +251,8 @@ func (d *daemon) open(ctx context.Context) error {
 			Capacity: capacity, HighWatermark: cfg.G4High, LowWatermark: cfg.G4Low,
 			// Blocks of device-class objects (NBD exports) are never
 			// expired or evicted by size: the core, which alone knows
-			// which object generation a key belongs to, answers.
-			Retain: func(k tier.Key) bool {
-				st := storeRef.Load()
-				return st != nil && st.KeyDurability(k) == tiering.DurabilityDevice
-			},
+			// which object generation a key belongs to, attaches itself
+			// as G4's tier.Retainer when it opens.
 			// An object store that does not answer at start must not
 			// take the mount down: G4 starts unlisted and the core
 			// recovers its blocks in the background.
@@ -283,7 +279,6 @@ func (d *daemon) open(ctx context.Context) error {
 		return fmt.Errorf("open tiering core in %s: %w", cfg.DataDir, err)
 	}
 	d.store = st
-	storeRef.Store(st)
 
 	// NBD listeners are bound before the mount, like the metrics and
 	// admin listeners: a busy or bad address fails the start with

@@ -6,7 +6,7 @@
 // releases it, or every call of a kind fails until the fault is removed.
 //
 // A Tier is safe for concurrent use. It forwards the optional interfaces
-// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Reclaimer, tier.Expirer) to the
+// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Reclaimer, tier.Retaining, tier.Expirer) to the
 // wrapped tier.
 package faulttier
 
@@ -279,6 +279,13 @@ func (t *Tier) PostponeReclaim() {
 func (t *Tier) SetDemoter(d tier.Demoter) {
 	if r, ok := t.Tier.(tier.Reclaimer); ok {
 		r.SetDemoter(d)
+	}
+}
+
+// SetRetainer forwards tier.Retaining (a no-op for tiers without it).
+func (t *Tier) SetRetainer(r tier.Retainer) {
+	if x, ok := t.Tier.(tier.Retaining); ok {
+		x.SetRetainer(r)
 	}
 }
 

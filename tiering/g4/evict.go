@@ -72,7 +72,7 @@ func (t *Tier) Evict(ctx context.Context) (int, error) {
 		if excess <= 0 {
 			return n, nil
 		}
-		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, t.opts.Retain), low, start)
+		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, t.retained), low, start)
 		n += deleted
 		if err != nil {
 			return n, err

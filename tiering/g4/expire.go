@@ -32,7 +32,7 @@ func (t *Tier) ExpireBefore(ctx context.Context, before time.Time) (int, error) 
 	var old []tier.Key
 	err := t.store.List(lctx, t.opts.Prefix+"/", func(a ObjectAttrs) bool {
 		k, ok := ParseBlockName(t.opts.Prefix, a.Name)
-		if ok && a.ModTime.Before(before) && (t.opts.Retain == nil || !t.opts.Retain(k)) {
+		if ok && a.ModTime.Before(before) && !t.retained(k) {
 			old = append(old, k)
 		}
 		return true

@@ -42,10 +42,11 @@ type TierOptions struct {
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 	// Retain, if set, exempts blocks from expiry and size eviction when it
-	// returns true: ctxmemd answers with the core's durability class of
-	// the key (tiering.Store.KeyDurability), so blocks of device-class
-	// objects such as NBD exports are never dropped. It is called with no
-	// lock of the tier held.
+	// returns true, until a tier.Retainer is attached (SetRetainer: the
+	// tiering core attaches itself when it opens, answering with the
+	// key's durability class, so blocks of device-class objects such as
+	// NBD exports are never dropped). It is called with no lock of the
+	// tier held.
 	Retain func(k tier.Key) bool
 	// OpenUnlisted makes NewTier return the tier even when its first
 	// listing gets no answer (an error wrapping tier.ErrUnavailable, or
@@ -101,10 +102,24 @@ type Tier struct {
 	listed  atomic.Bool // a listing of the prefix completed (the index is whole)
 	bufPool sync.Pool   // *[]byte scratch for partial reads
 
+	retainer atomic.Pointer[tier.Retainer] // SetRetainer
+
 	wake chan struct{} // EvictSignal: a Put took the load over high, or was refused
 	high int64         // HighWatermark × Capacity, bytes
 
 	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, evicted, unavailable atomic.Uint64
+}
+
+// SetRetainer implements tier.Retaining: from now on r, not
+// TierOptions.Retain, decides which blocks expiry and size eviction keep.
+func (t *Tier) SetRetainer(r tier.Retainer) { t.retainer.Store(&r) }
+
+// retained reports whether k is exempt from expiry and size eviction.
+func (t *Tier) retained(k tier.Key) bool {
+	if r := t.retainer.Load(); r != nil {
+		return (*r).Retain(k)
+	}
+	return t.opts.Retain != nil && t.opts.Retain(k)
 }
 
 var (

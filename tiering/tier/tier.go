@@ -131,6 +131,21 @@ type Reclaimer interface {
 	SetDemoter(d Demoter)
 }
 
+// Retainer is the port through which a tier that drops blocks on its own
+// (G4 expiring them after a TTL or evicting by size) asks the core which
+// blocks must stay: Retain reports true for blocks of objects that are
+// never dropped (the device durability class: NBD exports). It is called
+// with no lock of the tier held.
+type Retainer interface {
+	Retain(k Key) bool
+}
+
+// Retaining is implemented by tiers that drop blocks on their own and so
+// need a Retainer; the core attaches itself (SetRetainer) when it opens.
+type Retaining interface {
+	SetRetainer(r Retainer)
+}
+
 // Limits are a tier's capacity and reclaim watermarks.
 type Limits struct {
 	// CapacityBytes bounds the bytes the tier keeps on its device; 0
