@@ -74,9 +74,9 @@ type NBD struct {
 // agent's sidecar.Stats, and whether this daemon's scheduler replica
 // leads).
 type Control struct {
-	Connected                                          bool
-	Published, Applied, Duplicates, Failed, Malformed  int64
-	DroppedMessages, DroppedEvents, Queued, QueuedByte int64
+	Connected                                                             bool
+	Published, Applied, Duplicates, Failed, Malformed                     int64
+	DroppedMessages, DroppedEvents, DroppedPoolEvents, Queued, QueuedByte int64
 	// SchedulerLeader is 1 when this daemon's replica leads, 0 when it
 	// follows, -1 when the daemon runs none.
 	SchedulerLeader int
@@ -309,6 +309,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.ctlCmds, c.Failed, "failed")
 		counter(d.ctlDropped, c.DroppedMessages, "messages")
 		counter(d.ctlDropped, c.DroppedEvents, "events")
+		counter(d.ctlDropped, c.DroppedPoolEvents, "pool_events")
 		gauge(d.ctlQueued, float64(c.QueuedByte))
 		if c.SchedulerLeader >= 0 {
 			gauge(d.ctlLeader, float64(c.SchedulerLeader))

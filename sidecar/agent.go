@@ -353,7 +353,11 @@ type Stats struct {
 	QueuedBytes     int    `json:"queued_bytes"`
 	DroppedMessages int64  `json:"dropped_messages"`
 	DroppedEvents   int64  `json:"dropped_events"`
-	TrackedObjects  int    `json:"tracked_objects"`
+	// DroppedPoolEvents counts G3.5 tier events (deleted own blocks,
+	// stale records) dropped before the sidecar read them
+	// (g35.Tier.DroppedEvents).
+	DroppedPoolEvents int64 `json:"dropped_pool_events,omitempty"`
+	TrackedObjects    int   `json:"tracked_objects"`
 	// DuplicateHost counts reports that found this host name's liveness
 	// record written by another daemon.
 	DuplicateHost int64 `json:"duplicate_host"`
@@ -369,7 +373,14 @@ func (a *Agent) Stats() Stats {
 		Events: a.c.events.Load(), Applied: a.c.applied.Load(), Duplicates: a.c.duplicates.Load(),
 		Failed: a.c.failed.Load(), Malformed: a.c.malformed.Load(), Queued: q, QueuedBytes: qb,
 		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len(),
-		DuplicateHost: a.c.dupHost.Load()}
+		DuplicateHost: a.c.dupHost.Load(), DroppedPoolEvents: a.droppedPoolEvents()}
+}
+
+func (a *Agent) droppedPoolEvents() int64 {
+	if sh := a.cfg.Sharing; sh != nil && sh.Tier != nil {
+		return sh.Tier.DroppedEvents()
+	}
+	return 0
 }
 
 // replicaName is the OS host name and pid, for liveness and issuer fields.

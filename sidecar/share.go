@@ -47,7 +47,7 @@ func newShareState() *shareState {
 		staleCh: make(chan staleRec, 1024)}
 }
 
-// Withdraw is the G3.5 tier's OnDelete hook: a block this host put in the
+// Withdraw handles the G3.5 tier's EventDeleted: a block this host put in the
 // pool changed or was deleted, so the file's index entry is withdrawn
 // (asynchronously, by Run).
 func (a *Agent) Withdraw(k tier.Key) {
@@ -57,7 +57,7 @@ func (a *Agent) Withdraw(k tier.Key) {
 	}
 }
 
-// Stale is the G3.5 tier's OnStale hook: a record read did not match
+// Stale handles the G3.5 tier's EventStale: a record read did not match
 // (extent leased again, torn or corrupt). The file's index entry is
 // withdrawn if it still points at that record, so later lookups miss (the
 // engine recomputes) instead of importing the bad record again, and the
@@ -104,12 +104,24 @@ func (a *Agent) withdrawStale(ctx context.Context, r staleRec) {
 	a.evMu.Unlock()
 }
 
-// withdrawLoop removes index entries of changed objects.
+// withdrawLoop reads the G3.5 tier's events and removes index entries of
+// changed objects.
 func (a *Agent) withdrawLoop(ctx context.Context) {
+	var events <-chan g35.Event
+	if a.cfg.Sharing != nil && a.cfg.Sharing.Tier != nil {
+		events = a.cfg.Sharing.Tier.Events()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case e := <-events:
+			switch e.Kind {
+			case g35.EventDeleted:
+				a.Withdraw(e.Key)
+			case g35.EventStale:
+				a.Stale(e.Key, e.Ref, e.Err)
+			}
 		case r := <-a.sh.staleCh:
 			a.withdrawStale(ctx, r)
 		case id := <-a.sh.withdraw:

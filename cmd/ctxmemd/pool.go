@@ -16,7 +16,6 @@ import (
 	"github.com/ctxmem/ctxmemd/fabric/poolkv"
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/tiering"
-	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // poolState is the daemon's G3.5 pool: the tier, the shared index, and
@@ -78,18 +77,9 @@ func (d *daemon) openPool(ctx context.Context) error {
 	}
 	ps.index = poolkv.NewIndex(kvIndex, d.log.With("component", "pool-index"))
 	d.goroutine(ctx, "pool-index", ps.index.Run)
-	ps.tier = g35.New(p, w, g35.Options{
-		OnDelete: func(k tier.Key) {
-			if a := d.agentRef.Load(); a != nil {
-				a.Withdraw(k)
-			}
-		},
-		OnStale: func(k tier.Key, ref g35.Ref, err error) {
-			if a := d.agentRef.Load(); a != nil {
-				a.Stale(k, ref, err)
-			}
-		},
-	})
+	// The sidecar reads the tier's events (deleted own blocks, stale
+	// records) once it runs: g35.Tier.Events.
+	ps.tier = g35.New(p, w, g35.Options{})
 	d.log.Info("G3.5 pool open", "path", ps.path, "pool", sb.UUID(), "extents", sb.ExtentCount,
 		"extent_size", sb.ExtentSize, "io", p.Mode())
 	return nil

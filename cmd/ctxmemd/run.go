@@ -634,7 +634,7 @@ func (d *daemon) metricsSnapshot(ctx context.Context) metrics.Snapshot {
 		a := c.agent.Stats()
 		cs := &metrics.Control{Connected: c.nc.IsConnected(), Published: a.Published, Applied: a.Applied,
 			Duplicates: a.Duplicates, Failed: a.Failed, Malformed: a.Malformed, DroppedMessages: a.DroppedMessages,
-			DroppedEvents: a.DroppedEvents, Queued: int64(a.Queued), QueuedByte: int64(a.QueuedBytes), SchedulerLeader: -1}
+			DroppedEvents: a.DroppedEvents, DroppedPoolEvents: a.DroppedPoolEvents, Queued: int64(a.Queued), QueuedByte: int64(a.QueuedBytes), SchedulerLeader: -1}
 		if c.sched != nil {
 			cs.SchedulerLeader = 0
 			if c.sched.IsLeader() {

@@ -36,14 +36,31 @@ type Ref struct {
 
 // Options configure a Tier.
 type Options struct {
-	// OnDelete is called (without locks) when a block this host put is
-	// deleted (its object changed or was removed): the caller withdraws
-	// the shared-index entry that points at it.
-	OnDelete func(k tier.Key)
-	// OnStale is called when a read found a record that no longer matches
-	// (extent reused, torn or corrupt): the caller reports the stale
-	// index entry.
-	OnStale func(k tier.Key, ref Ref, err error)
+	// EventBuffer is how many events (Events) wait for their reader
+	// before new ones are dropped and counted (default 4096).
+	EventBuffer int
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventDeleted: a block this host put was deleted here (the core
+	// dropped its copy); the shared index entry that points at it should
+	// be withdrawn.
+	EventDeleted EventKind = iota + 1
+	// EventStale: a read found a record that no longer matches (extent
+	// reused, torn or corrupt): its index entry is stale.
+	EventStale
+)
+
+// Event is one notification of the tier to its reader (the sidecar, which
+// owns the shared index). Ref and Err are set for EventStale.
+type Event struct {
+	Kind EventKind
+	Key  tier.Key
+	Ref  Ref
+	Err  error
 }
 
 // Tier is the G3.5 tier of one host.
@@ -53,6 +70,9 @@ type Tier struct {
 	r      *pool.Reader
 	opts   Options
 	bypass atomic.Bool
+
+	events  chan Event // Events; sends never block
+	dropped atomic.Int64
 
 	mu    sync.RWMutex
 	refs  map[tier.Key]Ref // local key → record
@@ -67,8 +87,32 @@ type Tier struct {
 // New returns the tier over pool p, writing through w (nil: read-only,
 // Put fails with tier.ErrUnavailable).
 func New(p *pool.Pool, w *pool.Writer, opts Options) *Tier {
+	if opts.EventBuffer <= 0 {
+		opts.EventBuffer = 4096
+	}
 	return &Tier{p: p, w: w, r: pool.NewReader(p), opts: opts, refs: map[tier.Key]Ref{}, own: map[tier.Key]bool{},
+		events: make(chan Event, opts.EventBuffer),
 		lastUse: map[uint32]int64{}, lastWrite: map[uint32]int64{}}
+}
+
+// Events returns the tier's notifications (deleted own blocks, stale
+// records), in order, for one reader: the sidecar reads them from the
+// time it starts, so events of the tier's first moments wait for it. The
+// tier never blocks on them: past Options.EventBuffer unread events new
+// ones are dropped and counted (DroppedEvents); a dropped one costs at most
+// an index entry that readers find stale on their own (every read is
+// verified).
+func (t *Tier) Events() <-chan Event { return t.events }
+
+// DroppedEvents returns how many events were dropped unread.
+func (t *Tier) DroppedEvents() int64 { return t.dropped.Load() }
+
+func (t *Tier) emit(e Event) {
+	select {
+	case t.events <- e:
+	default:
+		t.dropped.Add(1)
+	}
 }
 
 // Name implements tier.Tier.
@@ -162,7 +206,7 @@ func (t *Tier) Location(k tier.Key) (Ref, bool) {
 
 // Get implements tier.Tier. Any mismatch of the record read is a miss
 // (tier.ErrNotFound, or tier.ErrCorrupt for a CRC error in a live extent),
-// reported through OnStale.
+// reported as an EventStale.
 func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, error) {
 	if t.bypass.Load() {
 		return 0, fmt.Errorf("G3.5 get %s: pool in bypass: %w", k, tier.ErrNotFound)
@@ -191,9 +235,7 @@ func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, e
 			// The record stays (forgetting it would lose a good block).
 			return 0, fmt.Errorf("G3.5 get %s: %w", k, err)
 		}
-		if t.opts.OnStale != nil {
-			t.opts.OnStale(k, ref, err)
-		}
+		t.emit(Event{Kind: EventStale, Key: k, Ref: ref, Err: err})
 		t.forget(k, ref)
 		return 0, err
 	}
@@ -267,7 +309,8 @@ func (t *Tier) Stat(k tier.Key) (int64, error) {
 
 // Delete implements tier.Tier: the local mapping is dropped (the record
 // stays on the pool until its extent is reclaimed; no reader trusts it
-// once the index entry is gone). For blocks this host put, OnDelete runs.
+// once the index entry is gone). For blocks this host put, an EventDeleted
+// is emitted.
 func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
 	t.mu.Lock()
 	r, ok := t.refs[k]
@@ -278,8 +321,8 @@ func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
 		t.bytes -= int64(r.Loc.Length)
 	}
 	t.mu.Unlock()
-	if own && t.opts.OnDelete != nil {
-		t.opts.OnDelete(k)
+	if own {
+		t.emit(Event{Kind: EventDeleted, Key: k})
 	}
 	return nil
 }
@@ -347,7 +390,7 @@ func (t *Tier) Close() error {
 // ExtentSize returns the pool's extent size in bytes.
 func (t *Tier) ExtentSize() int64 { return int64(t.p.Superblock().ExtentSize) }
 
-// Forget drops the mapping of local key k without calling OnDelete (the
+// Forget drops the mapping of local key k without an EventDeleted (the
 // caller is replacing the record, e.g. sharing an object again after its
 // pool copy went stale).
 func (t *Tier) Forget(k tier.Key) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/ctxmem/ctxmemd/fabric/pool"
@@ -14,14 +13,14 @@ import (
 )
 
 // newTiers returns two hosts' tiers over one pool file.
-func newTiers(t *testing.T, onDelete func(tier.Key)) (a, b *Tier) {
+func newTiers(t *testing.T) (a, b *Tier) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "pool.img")
 	if _, err := pool.Format(path, pool.FormatOptions{Size: 16 << 20, ExtentSize: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	leases := pool.NewMemLeases(15, pool.MemLeaseOptions{})
-	mk := func(host string, od func(tier.Key)) *Tier {
+	mk := func(host string) *Tier {
 		p, err := pool.Open(path, pool.OpenOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -30,18 +29,16 @@ func newTiers(t *testing.T, onDelete func(tier.Key)) (a, b *Tier) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := New(p, w, Options{OnDelete: od})
+		tr := New(p, w, Options{})
 		t.Cleanup(func() { tr.Close() })
 		return tr
 	}
-	return mk("a", onDelete), mk("b", nil)
+	return mk("a"), mk("b")
 }
 
 func TestPutGetAliasAcrossHosts(t *testing.T) {
 	ctx := context.Background()
-	var mu sync.Mutex
-	var deleted []tier.Key
-	a, b := newTiers(t, func(k tier.Key) { mu.Lock(); deleted = append(deleted, k); mu.Unlock() })
+	a, b := newTiers(t)
 	ka := tier.Key{Namespace: "ns", Object: 7, Index: 2, Gen: 1}
 	data := bytes.Repeat([]byte("pool"), 20000)
 	if err := a.Put(ctx, ka, data); err != nil {
@@ -82,15 +79,30 @@ func TestPutGetAliasAcrossHosts(t *testing.T) {
 		t.Fatalf("put in bypass: %v", err)
 	}
 	a.SetBypass(false)
-	// Deleting an own block calls OnDelete; forgetting an extent drops it.
+	// The mismatched alias read was reported stale.
+	if e := <-b.Events(); e.Kind != EventStale || e.Key != kb {
+		t.Fatalf("event %+v; want EventStale of %v", e, kb)
+	}
+	// Deleting an own block emits EventDeleted (b deleting its alias does
+	// not); forgetting an extent drops it.
+	b.Alias(kb, ref)
+	if err := b.Delete(ctx, kb); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Delete(ctx, ka); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(deleted) != 1 || deleted[0] != ka {
-		t.Fatalf("OnDelete saw %v", deleted)
+	select {
+	case e := <-a.Events():
+		if e.Kind != EventDeleted || e.Key != ka {
+			t.Fatalf("event %+v; want EventDeleted of %v", e, ka)
+		}
+	default:
+		t.Fatal("no event for a deleted own block")
 	}
-	mu.Unlock()
+	if len(b.Events()) != 0 {
+		t.Fatal("deleting an alias emitted an event")
+	}
 	k2 := tier.Key{Namespace: "ns", Object: 7, Index: 3, Gen: 1}
 	if err := a.Put(ctx, k2, data[:5000]); err != nil {
 		t.Fatal(err)
@@ -124,8 +136,7 @@ func TestCorruptRecordIsAMissAndReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stale []tier.Key
-	tr := New(p, w, Options{OnStale: func(k tier.Key, _ Ref, _ error) { stale = append(stale, k) }})
+	tr := New(p, w, Options{EventBuffer: 1})
 	defer tr.Close()
 	k := tier.Key{Namespace: "ns", Object: 1, Index: 0, Gen: 1}
 	data := bytes.Repeat([]byte{0xab}, 8192)
@@ -149,8 +160,22 @@ func TestCorruptRecordIsAMissAndReported(t *testing.T) {
 	if bytes.Contains(got, []byte{0xab}) {
 		t.Fatal("bytes of the corrupt record reached the caller")
 	}
-	if len(stale) != 1 || stale[0] != k {
-		t.Fatalf("OnStale saw %v", stale)
+	if e := <-tr.Events(); e.Kind != EventStale || e.Key != k || !errors.Is(e.Err, tier.ErrCorrupt) {
+		t.Fatalf("event %+v; want EventStale of %v", e, k)
+	}
+	// Unread events past the buffer are dropped and counted; the tier
+	// never blocks on its reader.
+	for i := uint32(1); i <= 2; i++ {
+		ki := tier.Key{Namespace: "ns", Object: 1, Index: i, Gen: 1}
+		if err := tr.Put(ctx, ki, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Delete(ctx, ki); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tr.Events()) != 1 || tr.DroppedEvents() != 1 {
+		t.Fatalf("%d events queued, %d dropped; want 1 and 1", len(tr.Events()), tr.DroppedEvents())
 	}
 	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("the corrupt record is still mapped: %v", err)
@@ -161,7 +186,7 @@ func TestCorruptRecordIsAMissAndReported(t *testing.T) {
 // that read, not a record that stopped matching: the record stays and the
 // next read gets the bytes.
 func TestCancelledGetKeepsRecord(t *testing.T) {
-	a, _ := newTiers(t, nil)
+	a, _ := newTiers(t)
 	k := tier.Key{Namespace: "ns", Object: 3, Index: 0, Gen: 1}
 	data := bytes.Repeat([]byte("kept"), 4096)
 	if err := a.Put(context.Background(), k, data); err != nil {
