@@ -1,18 +1,3 @@
-// Package tiering is ctxmemd's tiering core: the block store every front
-// end (FUSE files, NBD exports) calls.
-//
-// An object is split into blocks of its namespace block size. Every write
-// lands in G2 (DRAM) and is visible on return; write-back goroutines copy
-// dirty blocks down to G3 (local NVMe segments) when admission predicts
-// reuse, or to G4 (object storage) otherwise. When G2 crosses its high
-// watermark an evictor removes clean, unpinned blocks in the heat policy's
-// order down to the low watermark; reads promote blocks back to G2. When G3
-// reclaims a segment, its live blocks are demoted to G4 first.
-//
-// Loss, never corruption: a block read from G3 or G4 is verified against its
-// CRC32C by the tier; a block that is gone from every tier makes its object
-// lost (removed whole, ErrLost to the reader that found out, ENOENT after).
-// See meta.go for what survives a crash.
 package tiering
 
 import (
