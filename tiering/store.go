@@ -1,29 +1,3 @@
-// Package tiering is ctxmemd's tiering core: the block store every front
-// end (FUSE files, NBD exports) calls.
-//
-// An object is split into blocks of its namespace block size. Every write
-// lands in G2 (DRAM) and is visible on return; write-back goroutines copy
-// dirty blocks down to G3 (local NVMe segments) when admission predicts
-// reuse, or to G4 (object storage) otherwise. When G2 crosses its high
-// watermark an evictor removes clean, unpinned blocks in the heat policy's
-// order down to the low watermark; reads promote blocks back to G2. When G3
-// reclaims a segment, its live blocks are demoted to G4 first.
-//
-// Loss, never corruption: a block read from G3 or G4 is verified against its
-// CRC32C by the tier; a block that is gone from every tier makes its object
-// lost (removed whole, ErrLost to the reader that found out, ENOENT after).
-// See meta.go for what survives a crash.
-//
-// Durability classes: every object has one, chosen at creation
-// (CreateOptions.Durability) and persisted with it. DurabilityCache
-// objects (KV cache files) may be dropped under pressure and on failures
-// that outlast WriteTimeout; DurabilityDevice objects (NBD exports) never
-// are: a G2-only store never evicts them, their write-back is retried
-// until it succeeds, Flush covers the writes made before it and records
-// the object at once, G3 reclaim keeps their blocks when G4 cannot, G4
-// retention keeps their blocks (KeyDurability) and an unclean stop
-// rebuilds them from what reached G3/G4. The class alone decides this; an object's Kind is a label
-// for its front end (see durability.go).
 package tiering
 
 import (
