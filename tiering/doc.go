@@ -264,10 +264,11 @@
 // once idle (cleanLoop), at Flush or at Close (persistAllClean). Open
 // (recover) drops objects recorded dirty and clean objects with a written
 // block missing from G3 and G4 (assumed in G4 until reconcileG4 when G4
-// could not be listed), except that NBD exports recorded dirty are rebuilt
-// from the blocks found (recoverDevice); where G3 and G4 both hold a key
-// G3 wins. Flush returns once the blocks written before it are below G2
-// and the record is clean (for an export, flushDevice: recorded and no
-// stale copy left), after asking G3 to Sync (syncTiers), so those bytes
-// survive kill -9; a G2-only store keeps nothing across a restart.
+// could not be listed), except that device-class objects (NBD exports)
+// recorded dirty are rebuilt from the blocks found (recoverDevice); where
+// G3 and G4 both hold a key G3 wins. Flush returns once the blocks written
+// before it are below G2 and the record is clean (for a device-class
+// object, flushDevice: recorded and no stale copy left), after asking G3 to
+// Sync (syncTiers), so those bytes survive kill -9; a G2-only store keeps
+// nothing across a restart.
 package tiering
