@@ -325,6 +325,10 @@ func (s *Store) CloseContext(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	// Barrier for Prestage: one that saw the store open has done its
+	// s.wg.Add by now; later ones see it closed.
+	s.mu.Lock()
+	s.mu.Unlock() //nolint:staticcheck // an empty critical section, on purpose
 	var err error
 	s.expediteAll() // closed is set: nothing is held back from now on
 	// Polled as well: the write-back queue also drains without a space
@@ -702,11 +706,16 @@ func (s *Store) Prestage(ctx context.Context, id ObjectID) error {
 	if o == nil {
 		return ErrNotExist
 	}
+	// Under s.mu, paired with the barrier in CloseContext: a prestage
+	// either sees the store closed or is counted before Close waits.
+	s.mu.Lock()
 	if s.closed.Load() {
+		s.mu.Unlock()
 		return ErrClosed
 	}
 	s.wg.Add(1)
-	go func() {
+	s.mu.Unlock()
+	go func() { // owner: the Store (s.wg); it outlives the request, so it runs on s.ctx, not ctx
 		defer s.wg.Done()
 		if err := s.PrestageWait(s.ctx, id); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Debug("prestage stopped", "object", id, "err", err)
