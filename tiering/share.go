@@ -119,7 +119,9 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 		return 0, err
 	}
 	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(), size: size,
-		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
+		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+	// metaDirty stays false: nothing of an import is this host's to keep
+	// (a local write to it marks it, like any change).
 	n := (size + int64(blockSize) - 1) / int64(blockSize)
 	for i := int64(0); i < n; i++ {
 		o.blocks[uint32(i)] = &blockState{inG35: true}

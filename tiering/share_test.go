@@ -96,3 +96,51 @@ func TestShareImportUnshare(t *testing.T) {
 		t.Fatalf("share without G3.5: %v", err)
 	}
 }
+
+// TestImportedObjectIsNotRecorded: an imported object (blocks only in the
+// pool) is not written to the metadata database, even after a Flush and a
+// clean Close, so the next Open neither brings it back nor counts it as
+// lost (it was never this host's to keep).
+func TestImportedObjectIsNotRecorded(t *testing.T) {
+	ctx := context.Background()
+	pool, g3, g4 := newMemTier("G3.5", 0), newMemTier("G3", 0), newMemTier("G4", 0)
+	dir := t.TempDir()
+	open := func() *Store {
+		s, err := Open(ctx, Config{DataDir: dir, G2Bytes: 64 << 20, G3: g3, G4: g4, G35: pool, FlushWorkers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	want := pattern(6, 2*4096)
+	id, err := s.Import("ns", 4096, "file", int64(len(want)), func(nid ObjectID, gen uint64) error {
+		for i := uint32(0); i < 2; i++ {
+			if err := pool.Put(ctx, tier.Key{Namespace: "ns", Object: uint64(nid), Index: i, Gen: gen}, want[i*4096:(i+1)*4096]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if n, err := s.ReadAt(ctx, id, got, 0); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read of the import: %d, %v", n, err)
+	}
+	if err := s.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open()
+	defer s.Close()
+	if _, err := s.Stat(id); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("imported object after a restart: %v; want gone", err)
+	}
+	if n := s.Stats().ObjectsLost; n != 0 {
+		t.Fatalf("restart counted %d objects lost; an import is not this host's to lose", n)
+	}
+}
