@@ -31,10 +31,19 @@ func (s *Store) allocG2(n int, pinned bool) (*g2block, error) {
 // the eviction order. The caller holds the object's write lock and has
 // cleared or will clear the block's dirty state itself.
 func (s *Store) freeG2(r bref, g *g2block, dirty, pinned bool) {
-	s.wastedPrestaged(g)
 	s.g2mu.Lock()
 	s.place.remove(r)
 	s.g2mu.Unlock()
+	s.releaseG2(g, pinned)
+}
+
+// releaseG2 gives back a G2 buffer's memory and accounting. Unlike freeG2
+// it leaves the eviction order alone: it is for a buffer that was never
+// installed in its block (a promotion that failed, or lost the race to
+// another reader's, whose block may be in the order by now and must stay
+// evictable).
+func (s *Store) releaseG2(g *g2block, pinned bool) {
+	s.wastedPrestaged(g)
 	s.g2used.Add(-int64(len(g.buf)))
 	s.g2blocks.Add(-1)
 	if pinned {

@@ -199,7 +199,9 @@ func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blo
 	}
 	src, err := s.readLower(ctx, o, idx, b, g.buf[:blen], 0)
 	if err != nil {
-		s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+		// Never installed: another reader's copy may be in the eviction
+		// order by now, and must stay there.
+		s.releaseG2(g, o.pinned)
 		return nil, 0, err
 	}
 	g.n = blen
@@ -209,7 +211,7 @@ func (s *Store) promoteLocked(ctx context.Context, o *object, idx uint32, b *blo
 			// of the memory file: only the accounting is undone.
 			s.unaccountG2(g, o.pinned)
 		} else {
-			s.freeG2(bref{o.id, idx}, g, false, o.pinned)
+			s.releaseG2(g, o.pinned)
 		}
 		return b.g2.Load(), tiG2, nil
 	}
