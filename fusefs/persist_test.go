@@ -15,6 +15,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func lstat(t *testing.T, p string) unix.Stat_t {
@@ -199,10 +201,10 @@ func TestOnLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.be.lose(m.obj(p))
-	eventually(t, "lost file to vanish", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		_, err := os.Stat(p)
 		return errors.Is(err, os.ErrNotExist)
-	})
+	}, "lost file to vanish")
 	if _, err := f.ReadAt(make([]byte, 4096), 0); !errors.Is(err, syscall.EIO) {
 		t.Errorf("read of an open lost file: %v, want EIO", err)
 	}
@@ -231,10 +233,10 @@ func TestOnLost(t *testing.T) {
 	if _, err := syscall.Read(fd, alignedBuf(4096)); err != syscall.EIO {
 		t.Fatalf("read of a vanished object: %v, want EIO", err)
 	}
-	eventually(t, "vanished file to be removed", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		_, err := os.Stat(p)
 		return errors.Is(err, os.ErrNotExist)
-	})
+	}, "vanished file to be removed")
 }
 
 func TestMountBusy(t *testing.T) {
