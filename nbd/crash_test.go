@@ -22,7 +22,7 @@ const crashExportSize = 16 << 20
 func crashServe(t testing.TB) {
 	dir, sock := os.Getenv("NBD_CRASH_DIR"), os.Getenv("NBD_CRASH_SOCK")
 	st := openStore(t, dir, 64<<20)
-	srv, err := NewServer(st, []Export{{Name: "disk", Size: crashExportSize, BlockSize: 16 << 10}},
+	srv, err := NewServer(context.Background(), st, []Export{{Name: "disk", Size: crashExportSize, BlockSize: 16 << 10}},
 		Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

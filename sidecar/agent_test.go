@@ -119,7 +119,7 @@ func (r *rig) hostAt(t *testing.T, name, mount string) (*Agent, *files, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	t4, err := g4.NewTier(context.Background(), objs, g4.TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func TestNATSOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	t4, err := g4.NewTier(context.Background(), objs, g4.TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

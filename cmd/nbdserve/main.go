@@ -97,7 +97,7 @@ func run() error {
 			log.Error("close store", "err", err)
 		}
 	}()
-	srv, err := nbd.NewServer(store, []nbd.Export{{Name: *name, Size: *size, BlockSize: *blockSize,
+	srv, err := nbd.NewServer(ctx, store, []nbd.Export{{Name: *name, Size: *size, BlockSize: *blockSize,
 		MinBlockSize: *minBlock, ReadOnly: *readOnly}}, nbd.Options{StateDir: *dir, Logger: log, Workers: *workers})
 	if err != nil {
 		return err

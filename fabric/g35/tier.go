@@ -228,8 +228,9 @@ func (t *Tier) forget(k tier.Key, ref Ref) {
 	t.mu.Unlock()
 }
 
-// Stat implements tier.Tier.
-func (t *Tier) Stat(k tier.Key) (int64, error) {
+// Stat implements tier.Tier from the local mappings (ctx is not
+// consulted: nothing blocks).
+func (t *Tier) Stat(_ context.Context, k tier.Key) (int64, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if r, ok := t.refs[k]; ok {
@@ -274,8 +275,9 @@ func (t *Tier) ForgetExtent(e uint32) []tier.Key {
 	return out
 }
 
-// Range implements tier.Tier over the local mappings.
-func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
+// Range implements tier.Tier over the local mappings; it stops with
+// ctx.Err() when ctx is done between blocks.
+func (t *Tier) Range(ctx context.Context, fn func(k tier.Key, length int64) bool) error {
 	t.mu.RLock()
 	type kv struct {
 		k tier.Key
@@ -287,6 +289,9 @@ func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
 	}
 	t.mu.RUnlock()
 	for _, e := range all {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !fn(e.k, e.n) {
 			break
 		}

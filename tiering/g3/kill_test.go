@@ -166,7 +166,7 @@ func checkKilled(t *testing.T, dir string, acked map[int]bool, started map[int]i
 		}
 	}
 	// Whatever else is there (writes in flight at the kill) is exact.
-	err = s.Range(func(key tier.Key, n int64) bool {
+	err = s.Range(context.Background(), func(key tier.Key, n int64) bool {
 		i := int(key.Object)*16 + int(key.Index)
 		if _, ok := started[i]; !ok || key.Namespace != "kill" || n != int64(killLen(i)) {
 			t.Errorf("round %d: unexpected block %v (%d bytes)", round, key, n)

@@ -35,6 +35,7 @@ func testPutGet(t *testing.T, h Harness) {
 }
 
 func testLengths(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	lengths := []int{1, 2, 511, 512, 4095, 4096, 4097, 8191, 12345, 64 * kib,
 		256*kib - 1, 256 * kib, 256*kib + 1, 1<<20 + 3, tier.MaxBlockSize - 1, tier.MaxBlockSize}
@@ -45,7 +46,7 @@ func testLengths(t *testing.T, h Harness) {
 	for i, n := range lengths {
 		k := key(2, uint32(i), 1)
 		checkBlock(t, tr, k, Pattern(k, n, 0))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Errorf("Stat(%v) = %d, %v; want %d", k, got, err, n)
 		}
 	}
@@ -126,12 +127,13 @@ func testShortLastBlock(t *testing.T, h Harness) {
 }
 
 func testOverwrite(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	k := key(7, 0, 1)
 	for v, n := range []int{10000, 5000, 300 * kib, 4096, 1} {
 		mustPut(t, tr, k, Pattern(k, n, uint64(v)))
 		checkBlock(t, tr, k, Pattern(k, n, uint64(v)))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Fatalf("Stat after overwrite %d = %d, %v; want %d", v, got, err, n)
 		}
 	}
@@ -189,14 +191,15 @@ func testDelete(t *testing.T, h Harness) {
 }
 
 func testStat(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	for i, n := range []int{1, 4096, 4097, 256 * kib} {
 		k := key(11, uint32(i), 1)
-		if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+		if _, err := tr.Stat(ctx, k); !errors.Is(err, tier.ErrNotFound) {
 			t.Fatalf("Stat before Put = %v; want ErrNotFound", err)
 		}
 		mustPut(t, tr, k, Pattern(k, n, 0))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Fatalf("Stat(%v) = %d, %v; want %d", k, got, err, n)
 		}
 	}
@@ -238,7 +241,7 @@ func testRangeList(t *testing.T, h Harness) {
 	}
 	// fn returning false stops the walk.
 	calls := 0
-	if err := tr.Range(func(tier.Key, int64) bool { calls++; return false }); err != nil {
+	if err := tr.Range(ctx, func(tier.Key, int64) bool { calls++; return false }); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 {
@@ -585,13 +588,13 @@ func testClosed(t *testing.T, h Harness) {
 	if n, err := tr.Get(ctx, k, make([]byte, 10), 0); !errors.Is(err, tier.ErrClosed) || n != 0 {
 		t.Errorf("Get after Close = %d, %v; want ErrClosed", n, err)
 	}
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrClosed) {
+	if _, err := tr.Stat(ctx, k); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Stat after Close = %v; want ErrClosed", err)
 	}
 	if err := tr.Delete(ctx, k); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Delete after Close = %v; want ErrClosed", err)
 	}
-	if err := tr.Range(func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrClosed) {
+	if err := tr.Range(ctx, func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Range after Close = %v; want ErrClosed", err)
 	}
 	_ = tr.Close() // a second Close must not panic (nil or ErrClosed)

@@ -121,7 +121,7 @@ func (r *refTier) Get(_ context.Context, k tier.Key, p []byte, off int64) (int, 
 	return n, nil
 }
 
-func (r *refTier) Stat(k tier.Key) (int64, error) {
+func (r *refTier) Stat(ctx context.Context, k tier.Key) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -150,7 +150,7 @@ func (r *refTier) Delete(_ context.Context, k tier.Key) error {
 	return nil
 }
 
-func (r *refTier) Range(fn func(tier.Key, int64) bool) error {
+func (r *refTier) Range(ctx context.Context, fn func(tier.Key, int64) bool) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -178,7 +178,7 @@ func expectNotFound(t testing.TB, tr tier.Tier, k tier.Key) {
 	if n, err := tr.Get(context.Background(), k, p, 0); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Get(%v) = %d, %v; want ErrNotFound", k, n, err)
 	}
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(context.Background(), k); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Stat(%v) = %v; want ErrNotFound", k, err)
 	}
 }
@@ -199,7 +199,7 @@ func firstDiff(a, b []byte) int {
 func list(t testing.TB, tr tier.Tier) map[tier.Key]int64 {
 	t.Helper()
 	m := map[tier.Key]int64{}
-	err := tr.Range(func(k tier.Key, n int64) bool {
+	err := tr.Range(context.Background(), func(k tier.Key, n int64) bool {
 		if _, dup := m[k]; dup {
 			t.Errorf("Range listed %v twice", k)
 		}
