@@ -52,6 +52,7 @@ type Tier struct {
 	r      *pool.Reader
 	opts   Options
 	bypass atomic.Bool
+	closed atomic.Bool
 
 	mu    sync.RWMutex
 	refs  map[tier.Key]Ref // local key → record
@@ -137,6 +138,9 @@ func (t *Tier) Location(k tier.Key) (Ref, bool) {
 // (tier.ErrNotFound, or tier.ErrCorrupt for a CRC error in a live extent),
 // reported through OnStale.
 func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("G3.5 get %s: negative offset %d", k, off)
+	}
 	if t.bypass.Load() {
 		return 0, fmt.Errorf("G3.5 get %s: pool in bypass: %w", k, tier.ErrNotFound)
 	}
@@ -231,6 +235,9 @@ func (t *Tier) forget(k tier.Key, ref Ref) {
 // Stat implements tier.Tier from the local mappings (ctx is not
 // consulted: nothing blocks).
 func (t *Tier) Stat(_ context.Context, k tier.Key) (int64, error) {
+	if t.closed.Load() {
+		return 0, fmt.Errorf("G3.5 stat %s: %w", k, tier.ErrClosed)
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if r, ok := t.refs[k]; ok {
@@ -243,6 +250,9 @@ func (t *Tier) Stat(_ context.Context, k tier.Key) (int64, error) {
 // stays on the pool until its extent is reclaimed; no reader trusts it
 // once the index entry is gone). For blocks this host put, OnDelete runs.
 func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
+	if t.closed.Load() {
+		return fmt.Errorf("G3.5 delete %s: %w", k, tier.ErrClosed)
+	}
 	t.mu.Lock()
 	r, ok := t.refs[k]
 	own := t.own[k]
@@ -278,6 +288,9 @@ func (t *Tier) ForgetExtent(e uint32) []tier.Key {
 // Range implements tier.Tier over the local mappings; it stops with
 // ctx.Err() when ctx is done between blocks.
 func (t *Tier) Range(ctx context.Context, fn func(k tier.Key, length int64) bool) error {
+	if t.closed.Load() {
+		return fmt.Errorf("G3.5 range: %w", tier.ErrClosed)
+	}
 	t.mu.RLock()
 	type kv struct {
 		k tier.Key
@@ -312,8 +325,12 @@ func (t *Tier) Usage() tier.Usage {
 func (t *Tier) Writer() *pool.Writer { return t.w }
 
 // Close implements tier.Tier: it closes the writer (leases lapse at
-// expiry) and the pool.
+// expiry) and the pool. Later calls of the tier.Tier methods return
+// tier.ErrClosed; a second Close does nothing.
 func (t *Tier) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	var errs []error
 	if t.w != nil {
 		errs = append(errs, t.w.Close())

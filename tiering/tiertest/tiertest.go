@@ -47,6 +47,16 @@ type Harness struct {
 	// tier.ErrNotFound) and succeeds; false means it fails with
 	// tier.ErrNoSpace and every block already stored stays readable.
 	Reclaims bool
+	// DeleteKeepsSpace says that a Delete gives no space back by itself
+	// (G3.5: a record stays in its pool extent until the whole extent is
+	// reclaimed): the Capacity case then does not expect a full tier to
+	// take blocks again after deletes. Only meaningful without Reclaims.
+	DeleteKeepsSpace bool
+	// MemoryOnly says that the tier keeps its index in memory only, so a
+	// tier reopened on the same dir is empty (G3.5: a restarted host
+	// imports shared files again). The Restart case then checks that a
+	// reopened tier holds nothing, not even in Range or Usage, and works.
+	MemoryOnly bool
 }
 
 // Run runs the conformance suite against h as subtests of t.
