@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -88,16 +89,16 @@ func startServer(t *testing.T) (string, *fakeProvider, func() error) {
 	return sock, p, stop
 }
 
+// waitFor waits until something listens on the unix socket sock.
 func waitFor(t *testing.T, sock string) {
 	t.Helper()
-	for range 500 {
-		if c, err := net.Dial("unix", sock); err == nil {
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
 			c.Close()
-			return
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("server never listened on %s", sock)
+		return err == nil
+	}, "the server to listen on %s", sock)
 }
 
 func TestStatusRoundTrip(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // The benchmarks compare the mount (fake in-memory backend) with a plain
@@ -138,26 +140,23 @@ func BenchmarkRandRead4K(b *testing.B) {
 
 var benchOpts = Options{}
 
-// TestFioCompare runs the project's fio workloads against the mount (fake
-// in-memory backend) and CTXMEM_FIO_REF (a tmpfs directory) and logs the
-// ratios; CTXMEM_FIO_ARGS adds fio options (e.g. --invalidate=0 to keep
-// the page cache fio otherwise drops before reading). It measures, it does
-// not assert; run it with
+// BenchmarkFioCompare runs the project's fio workloads against the mount
+// (fake in-memory backend) and CTXMEM_FIO_REF (a tmpfs directory) and logs
+// the ratios; CTXMEM_FIO_ARGS adds fio options (e.g. --invalidate=0 to
+// keep the page cache fio otherwise drops before reading). It measures,
+// it does not assert, and runs its jobs once whatever b.N is; run it with
 //
-//	CTXMEM_FIO_REF=/dev/shm/ref go test ./fusefs -run TestFioCompare -v
-func TestFioCompare(t *testing.T) {
+//	CTXMEM_FIO_REF=/dev/shm/ref go test ./fusefs -run '^$' -bench FioCompare -benchtime 1x -v
+func BenchmarkFioCompare(b *testing.B) {
 	ref := os.Getenv("CTXMEM_FIO_REF")
 	if ref == "" {
-		t.Skip("set CTXMEM_FIO_REF to a tmpfs directory")
+		b.Skip("set CTXMEM_FIO_REF to a tmpfs directory")
 	}
-	fio, err := exec.LookPath("fio")
-	if err != nil {
-		t.Skip("no fio")
-	}
-	m := mount(t, nil, benchOpts)
+	fio := testenv.RequireTool(b, "fio", "apt-get install fio")
+	m := mount(b, nil, benchOpts)
 	refDir, err := os.MkdirTemp(ref, "fio")
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	defer os.RemoveAll(refDir)
 	jobs := []struct {
@@ -175,7 +174,7 @@ func TestFioCompare(t *testing.T) {
 			"--output-format=json", "--group_reporting"}, args...)...)
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("fio %s in %s: %v", name, dir, err)
+			b.Fatalf("fio %s in %s: %v", name, dir, err)
 		}
 		var res struct {
 			Jobs []struct {
@@ -185,32 +184,32 @@ func TestFioCompare(t *testing.T) {
 			}
 		}
 		if err := json.Unmarshal(out[bytes.IndexByte(out, '{'):], &res); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		return res.Jobs[0].Read.BwBytes + res.Jobs[0].Write.BwBytes
 	}
 	for _, j := range jobs {
 		f := bw(m.ns(""), j.name, j.args)
 		r := bw(refDir, j.name, j.args)
-		t.Logf("%-14s fuse %8.0f MiB/s  tmpfs %8.0f MiB/s  ratio %.2f", j.name, f/(1<<20), r/(1<<20), f/r)
+		b.Logf("%-14s fuse %8.0f MiB/s  tmpfs %8.0f MiB/s  ratio %.2f", j.name, f/(1<<20), r/(1<<20), f/r)
 	}
 }
 
-// TestWarmReadFigures writes 2,000 files of 256 KiB and reads them all
-// twice (open + one read + close each), logging files/s per pass: the
-// before/after figure for the cost of answering OPEN (issue 11 item 5).
-// Run with CTXMEM_WARM_READ=1 go test -run TestWarmReadFigures -v ./fusefs/
-func TestWarmReadFigures(t *testing.T) {
-	if os.Getenv("CTXMEM_WARM_READ") != "1" {
-		t.Skip("figures only: set CTXMEM_WARM_READ=1")
-	}
-	m := mount(t, nil, benchOpts)
+// BenchmarkWarmReadFigures writes 2,000 files of 256 KiB and reads them
+// all twice (open + one read + close each), logging files/s per pass and
+// reporting the second (warm) pass: the before/after figure for the cost
+// of answering OPEN (issue 11 item 5). It runs once whatever b.N is; run
+// it with
+//
+//	go test ./fusefs -run '^$' -bench WarmReadFigures -benchtime 1x -v
+func BenchmarkWarmReadFigures(b *testing.B) {
+	m := mount(b, nil, benchOpts)
 	dir := m.ns("")
 	const files = 2000
 	data := pattern(1, kvSize)
 	for i := 0; i < files; i++ {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), data, 0o644); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 	}
 	buf := make([]byte, kvSize)
@@ -219,14 +218,17 @@ func TestWarmReadFigures(t *testing.T) {
 		for i := 0; i < files; i++ {
 			fd, err := syscall.Open(filepath.Join(dir, fmt.Sprint(i)), syscall.O_RDONLY, 0)
 			if err != nil {
-				t.Fatal(err)
+				b.Fatal(err)
 			}
 			if n, err := syscall.Read(fd, buf); n != kvSize || err != nil {
-				t.Fatal(n, err)
+				b.Fatal(n, err)
 			}
 			syscall.Close(fd)
 		}
 		el := time.Since(start)
-		t.Logf("pass %d: %d files of 256 KiB in %v: %.0f files/s", pass, files, el, files/el.Seconds())
+		b.Logf("pass %d: %d files of 256 KiB in %v: %.0f files/s", pass, files, el, files/el.Seconds())
+		if pass == 2 {
+			b.ReportMetric(files/el.Seconds(), "files/s")
+		}
 	}
 }

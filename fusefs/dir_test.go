@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func TestRootReadOnly(t *testing.T) {
@@ -84,7 +86,7 @@ func TestMkdirRmdir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, "r0")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("after RemoveAll: %v", err)
 	}
-	eventually(t, "objects deleted", func() bool { return m.be.count() == 0 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return m.be.count() == 0 }, "objects deleted")
 	var st syscall.Stat_t
 	syscall.Stat(base, &st)
 	if st.Nlink != 2 {

@@ -404,7 +404,7 @@ func TestTmpfile(t *testing.T) {
 		t.Fatalf("objects: %d", m.be.count())
 	}
 	unix.Close(fd)
-	eventually(t, "O_TMPFILE object deleted at close", func() bool { return m.be.count() == 0 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return m.be.count() == 0 }, "O_TMPFILE object deleted at close")
 
 	// linkat through /proc/self/fd names it.
 	fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR, 0o600)
@@ -605,7 +605,7 @@ func TestRelatimeOnRelease(t *testing.T) {
 		t.Fatalf("O_NOATIME open moved atime to %v", got)
 	}
 	read(unix.O_RDONLY)
-	eventually(t, "atime past mtime after a read", func() bool { return atime().After(mtime) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return atime().After(mtime) }, "atime past mtime after a read")
 	// Newer than mtime and ctime, less than a day old: unchanged.
 	fresh := time.Now().Add(time.Minute).Truncate(time.Second)
 	if err := os.Chtimes(p, fresh, mtime); err != nil {
@@ -621,5 +621,5 @@ func TestRelatimeOnRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	read(unix.O_RDONLY)
-	eventually(t, "day-old atime updated", func() bool { return atime().After(time.Now().Add(-time.Minute)) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return atime().After(time.Now().Add(-time.Minute)) }, "day-old atime updated")
 }

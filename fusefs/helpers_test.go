@@ -130,18 +130,6 @@ func (m *testMount) obj(path string) tiering.ObjectID {
 	return n.obj
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // pattern fills n bytes derived from seed.
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)

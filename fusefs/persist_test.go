@@ -1,12 +1,10 @@
 package fusefs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +13,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testchild"
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func lstat(t *testing.T, p string) unix.Stat_t {
@@ -199,10 +200,10 @@ func TestOnLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.be.lose(m.obj(p))
-	eventually(t, "lost file to vanish", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		_, err := os.Stat(p)
 		return errors.Is(err, os.ErrNotExist)
-	})
+	}, "lost file to vanish")
 	if _, err := f.ReadAt(make([]byte, 4096), 0); !errors.Is(err, syscall.EIO) {
 		t.Errorf("read of an open lost file: %v, want EIO", err)
 	}
@@ -231,10 +232,10 @@ func TestOnLost(t *testing.T) {
 	if _, err := syscall.Read(fd, alignedBuf(4096)); err != syscall.EIO {
 		t.Fatalf("read of a vanished object: %v, want EIO", err)
 	}
-	eventually(t, "vanished file to be removed", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		_, err := os.Stat(p)
 		return errors.Is(err, os.ErrNotExist)
-	})
+	}, "vanished file to be removed")
 }
 
 func TestMountBusy(t *testing.T) {
@@ -258,29 +259,9 @@ func TestCrashRecovery(t *testing.T) {
 	dir := t.TempDir()
 	mnt, tree := filepath.Join(dir, "mnt"), filepath.Join(dir, "tree.db")
 	os.Mkdir(mnt, 0o755)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
-	cmd.Env = append(os.Environ(), "CTXMEM_CRASH_MNT="+mnt, "CTXMEM_CRASH_TREE="+tree)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	ready := false
-	for sc.Scan() {
-		if sc.Text() == "ready" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		killChild(t, cmd, mnt)
-		t.Fatal("child did not get ready")
-	}
-	killChild(t, cmd, mnt)
+	child := testchild.Start(t, "crash-mount", "CTXMEM_CRASH_MNT="+mnt, "CTXMEM_CRASH_TREE="+tree)
+	child.Expect(t, "ready", time.Minute)
+	killChild(t, child, mnt)
 	t.Cleanup(func() {
 		if _, ok := mountedAt(mnt); ok {
 			lazyUnmount(mnt)
@@ -345,13 +326,11 @@ func TestCrashRecovery(t *testing.T) {
 // killChild kills -9 the child serving mnt and waits for it. A process
 // killed while a request to its own mount is in flight hangs in the kernel
 // until the connection is aborted, which is then done through fusectl.
-func killChild(t *testing.T, cmd *exec.Cmd, mnt string) {
+func killChild(t *testing.T, child *testchild.Child, mnt string) {
 	t.Helper()
-	cmd.Process.Kill()
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	child.Kill()
 	select {
-	case <-exited:
+	case <-child.Done():
 		return
 	case <-time.After(10 * time.Second):
 	}
@@ -362,7 +341,7 @@ func killChild(t *testing.T, cmd *exec.Cmd, mnt string) {
 			t.Errorf("abort: %v (is fusectl mounted?)", err)
 		}
 	}
-	<-exited
+	<-child.Done()
 }
 
 // mountDev returns the major:minor of the mount at mnt from mountinfo.
@@ -377,12 +356,11 @@ func mountDev(mnt string) string {
 	return ""
 }
 
-// TestCrashChild is the child of TestCrashRecovery (skipped otherwise).
-func TestCrashChild(t *testing.T) {
+// crashMount is the child of TestCrashRecovery (role "crash-mount", see
+// TestMain): it mounts $CTXMEM_CRASH_MNT, makes the changes the parent
+// checks, prints "ready" and waits to be killed.
+func crashMount(t testing.TB) {
 	mnt, tree := os.Getenv("CTXMEM_CRASH_MNT"), os.Getenv("CTXMEM_CRASH_TREE")
-	if mnt == "" {
-		t.Skip("helper process for TestCrashRecovery")
-	}
 	_, err := Mount(context.Background(), mnt, newFakeBackend(), Options{TreePath: tree, Logger: testLogger(),
 		CommitInterval: time.Hour, commitGap: time.Hour})
 	if err != nil {

@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func TestQuota(t *testing.T) {
@@ -59,9 +62,9 @@ func TestQuota(t *testing.T) {
 		t.Fatalf("write while an unlinked file is open: %v, want EDQUOT", err)
 	}
 	r.Close()
-	eventually(t, "quota released at last close", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		return os.WriteFile(c, make([]byte, quota/2), 0o644) == nil
-	})
+	}, "quota released at last close")
 	if used := m.srv.fsys.nss[0].used.Load(); used != quota {
 		t.Errorf("namespace usage %d, want %d", used, quota)
 	}

@@ -12,8 +12,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 func TestUnlinkWhileOpen(t *testing.T) {
@@ -56,7 +59,7 @@ func TestUnlinkWhileOpen(t *testing.T) {
 		t.Fatal("object deleted while the file is open")
 	}
 	f.Close()
-	eventually(t, "object deleted after the last close", func() bool { return !m.be.exists(id) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return !m.be.exists(id) }, "object deleted after the last close")
 }
 
 // TestRenameOverOpenFile: rename over a file another process is reading;
@@ -99,7 +102,7 @@ func TestRenameOverOpenFile(t *testing.T) {
 		t.Fatal("old object deleted while open")
 	}
 	r.Close()
-	eventually(t, "old object deleted at last close", func() bool { return !m.be.exists(oldID) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return !m.be.exists(oldID) }, "old object deleted at last close")
 	if m.be.count() != 1 {
 		t.Errorf("objects left: %d, want 1", m.be.count())
 	}
@@ -231,6 +234,6 @@ func TestRenameAtomicUnderLoad(t *testing.T) {
 	if len(ents) != 1 || ents[0].Name() != "key.bin" {
 		t.Errorf("directory after the run: %v", ents)
 	}
-	eventually(t, "replaced objects deleted", func() bool { return m.be.count() == 1 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return m.be.count() == 1 }, "replaced objects deleted")
 	t.Logf("%d whole-file reads", reads.Load())
 }

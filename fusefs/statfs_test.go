@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // statfsOf returns statfs of path.
@@ -128,10 +130,10 @@ func TestStatfsFollowsNamespace(t *testing.T) {
 	usedA -= allocBytes(10*37_000 + 1)
 	inodesA--
 	// RELEASE is asynchronous: close(2) returns before the daemon hears.
-	eventually(t, "space of an unlinked file after its last close", func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		st := statfsOf(t, a)
 		return usedBytes(st) == usedA && int64(st.Files-st.Ffree) == inodesA
-	})
+	}, "space of an unlinked file after its last close")
 	// Usage is rebuilt at mount.
 	m.restart()
 	check("after remount", a, usedA, 1<<30, inodesA)

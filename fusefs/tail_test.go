@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxmem/ctxmemd/internal/testchild"
 )
 
 // tailRecord is the size of one appended record: not a multiple of the
@@ -37,40 +38,21 @@ func TestTailReaderNeverShort(t *testing.T) {
 			if fsync {
 				records = 1500
 			}
-			// The appender is another process (this test binary again).
-			cmd := exec.Command(os.Args[0], "-test.run=^TestTailAppendChild$")
-			cmd.Env = append(os.Environ(), "CTXMEM_TAIL_FILE="+p,
+			// The appender is another process (this test binary again,
+			// role "tail-append").
+			child := testchild.Start(t, "tail-append", "CTXMEM_TAIL_FILE="+p,
 				"CTXMEM_TAIL_RECORDS="+strconv.Itoa(records), "CTXMEM_TAIL_FSYNC="+strconv.FormatBool(fsync))
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			// The appender opens the file first and waits; the reader
 			// then opens it and holds it (a tail reader: see
 			// fileNode.Open for the reader that opened first).
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if line != "open\n" {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("appender did not open the file: %q, %v", line, err)
-			}
+			child.Expect(t, "open", time.Minute)
 			fd, err := unix.Open(p, unix.O_RDONLY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer unix.Close(fd)
-			in.Write([]byte("go\n"))
-			go io.Copy(io.Discard, out)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			child.Stdin.Write([]byte("go\n"))
+			go io.Copy(io.Discard, child.Stdout)
 			buf := make([]byte, records*tailRecord)
 			iters, nonEmpty := 0, 0
 			check := func() {
@@ -103,8 +85,8 @@ func TestTailReaderNeverShort(t *testing.T) {
 			}
 			for running := true; running; {
 				select {
-				case err := <-done:
-					if err != nil {
+				case <-child.Done():
+					if err := child.Wait(); err != nil {
 						t.Fatalf("appender: %v", err)
 					}
 					running = false
@@ -121,12 +103,10 @@ func TestTailReaderNeverShort(t *testing.T) {
 	}
 }
 
-// TestTailAppendChild is the appender process of TestTailReaderNeverShort.
-func TestTailAppendChild(t *testing.T) {
+// tailAppend is the appender process of TestTailReaderNeverShort (role
+// "tail-append", see TestMain).
+func tailAppend(t testing.TB) {
 	p := os.Getenv("CTXMEM_TAIL_FILE")
-	if p == "" {
-		t.Skip("helper process for TestTailReaderNeverShort")
-	}
 	records, _ := strconv.Atoi(os.Getenv("CTXMEM_TAIL_RECORDS"))
 	fsync := os.Getenv("CTXMEM_TAIL_FSYNC") == "true"
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)

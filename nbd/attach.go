@@ -34,7 +34,7 @@ const attachBlockSize = 4096
 // or the device node is missing; an error when device is not an NBD block
 // device; dial, handshake and ioctl failures.
 func Attach(ctx context.Context, socketOrAddr, export, device string) error {
-	if err := checkNBDDevice(device); err != nil {
+	if err := checkNBDDevice(device, nbdModule); err != nil {
 		return err
 	}
 	dev, err := os.OpenFile(device, os.O_RDWR, 0)
@@ -67,11 +67,14 @@ func Attach(ctx context.Context, socketOrAddr, export, device string) error {
 	}
 }
 
+// nbdModule is where the kernel shows the nbd module when it is loaded.
+const nbdModule = "/sys/module/nbd"
+
 // checkNBDDevice reports whether device is an NBD block device the kernel
-// can drive.
-func checkNBDDevice(device string) error {
-	if _, err := os.Stat("/sys/module/nbd"); err != nil {
-		return fmt.Errorf("nbd attach %s: %w: /sys/module/nbd is missing", device, ErrNoKernelNBD)
+// can drive, module being the nbd module's sysfs directory (nbdModule).
+func checkNBDDevice(device, module string) error {
+	if _, err := os.Stat(module); err != nil {
+		return fmt.Errorf("nbd attach %s: %w: %s is missing", device, ErrNoKernelNBD, module)
 	}
 	return checkBlockDevice(device, nbdMajor)
 }

@@ -1,33 +1,28 @@
 package nbd
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/internal/testchild"
 )
 
 // The crash tests run the server in a child process (this test binary
-// re-executed with NBD_CRASH_CHILD set, running TestCrashChild), kill it
-// with SIGKILL and start a new one on the same directories.
+// again, in role "crash-serve": see TestMain), kill it with SIGKILL and
+// start a new one on the same directories.
 
 const crashExportSize = 16 << 20
 
-// TestCrashChild is the child's body: it serves export "disk" from a
-// store in $NBD_CRASH_DIR on $NBD_CRASH_SOCK until killed.
-func TestCrashChild(t *testing.T) {
+// crashServe is the child's body: it serves export "disk" from a store in
+// $NBD_CRASH_DIR on $NBD_CRASH_SOCK until killed.
+func crashServe(t testing.TB) {
 	dir, sock := os.Getenv("NBD_CRASH_DIR"), os.Getenv("NBD_CRASH_SOCK")
-	if os.Getenv("NBD_CRASH_CHILD") != "1" || dir == "" || sock == "" {
-		t.Skip("runs only as the child of the crash tests")
-	}
 	st := openStore(t, dir, 64<<20)
-	srv, err := NewServer(st, []Export{{Name: "disk", Size: crashExportSize, BlockSize: 16 << 10}},
+	srv, err := NewServer(context.Background(), st, []Export{{Name: "disk", Size: crashExportSize, BlockSize: 16 << 10}},
 		Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -41,55 +36,11 @@ func TestCrashChild(t *testing.T) {
 }
 
 // startChild starts a server process on dir and waits until it listens.
-func startChild(t *testing.T, dir, sock string) *exec.Cmd {
+func startChild(t *testing.T, dir, sock string) *testchild.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "NBD_CRASH_CHILD=1", "NBD_CRASH_DIR="+dir, "NBD_CRASH_SOCK="+sock)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "ready") && !ok {
-				ok = true
-				ready <- true
-			}
-		}
-		if !ok {
-			ready <- false
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("child server exited before listening")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("child server not ready after 60 s")
-	}
-	return cmd
-}
-
-func killChild(t *testing.T, cmd *exec.Cmd) {
-	t.Helper()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	c := testchild.Start(t, "crash-serve", "NBD_CRASH_DIR="+dir, "NBD_CRASH_SOCK="+sock)
+	c.Expect(t, "ready", 60*time.Second)
+	return c
 }
 
 // TestKill9AfterFlush: bytes written and flushed through NBD read back
@@ -113,7 +64,7 @@ func TestKill9AfterFlush(t *testing.T) {
 	if rep := c.do(cmdWrite, cmdFlagFUA, 8<<20, uint32(len(b)), b); rep.errno != 0 {
 		t.Fatal(rep.errno)
 	}
-	killChild(t, child)
+	child.Kill9()
 
 	child = startChild(t, dir, sock)
 	c = structuredClient(t, r, "disk")
@@ -123,7 +74,7 @@ func TestKill9AfterFlush(t *testing.T) {
 	if got := c.do(cmdRead, 0, 8<<20, uint32(len(b)), nil).readData(t, 8<<20, len(b)); !bytes.Equal(got, b) {
 		t.Fatal("FUA write lost after kill -9")
 	}
-	killChild(t, child)
+	child.Kill9()
 }
 
 // TestKill9WithUnflushedWrites: a kill -9 right after writes that were
@@ -149,7 +100,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	for i := 0; i < 64; i++ {
 		c.recv()
 	}
-	killChild(t, child)
+	child.Kill9()
 
 	before, err := loadState(dir)
 	if err != nil {
@@ -159,7 +110,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	child = startChild(t, dir, sock)
 	c = structuredClient(t, r, "disk")
 	got := c.do(cmdRead, 0, 0, uint32(len(a)), nil).readData(t, 0, len(a))
-	killChild(t, child)
+	child.Kill9()
 	if bytes.Equal(got, a) {
 		return
 	}
@@ -213,12 +164,12 @@ func TestKill9AfterInPlaceRewrites(t *testing.T) {
 			t.Fatal(rep.errno)
 		}
 	}
-	killChild(t, child)
+	child.Kill9()
 
 	child = startChild(t, dir, sock)
 	c = structuredClient(t, r, "disk")
 	got := c.do(cmdRead, 0, 0, uint32(len(flushed)), nil).readData(t, 0, len(flushed))
-	killChild(t, child)
+	child.Kill9()
 	for off := 0; off < len(flushed); off += unit {
 		g, want := got[off:off+unit], flushed[off:off+unit]
 		if bytes.Equal(g, want) {

@@ -7,7 +7,7 @@
 //
 // # Using it
 //
-//	srv, err := nbd.NewServer(store, []nbd.Export{{Name: "default", Size: 1 << 30}},
+//	srv, err := nbd.NewServer(ctx, store, []nbd.Export{{Name: "default", Size: 1 << 30}},
 //		nbd.Options{StateDir: dataDir})
 //	ln, err := nbd.Listen("unix:///run/ctxmemd/nbd.sock") // or tcp://127.0.0.1:10809
 //	err = srv.Serve(ctx, ln) // until ctx ends; once per listener

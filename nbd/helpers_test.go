@@ -90,7 +90,7 @@ func serve(t testing.TB, be Backend, stateDir string, exports []Export, opts Opt
 	if opts.Logger == nil {
 		opts.Logger = testLogger()
 	}
-	srv, err := NewServer(be, exports, opts)
+	srv, err := NewServer(context.Background(), be, exports, opts)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}

@@ -84,7 +84,7 @@ func TestListenTCPAndBadURLs(t *testing.T) {
 	defer ln.Close()
 	// A server on TCP answers nbd handshakes.
 	st := newStore(t, 64<<20)
-	srv, err := NewServer(st, []Export{{Name: "t", Size: 1 << 20}}, Options{StateDir: st.dir, Logger: testLogger()})
+	srv, err := NewServer(context.Background(), st, []Export{{Name: "t", Size: 1 << 20}}, Options{StateDir: st.dir, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,8 +141,10 @@ func (s *Server) Exports() []ExportInfo {
 //
 // When the map names an object that no longer exists (the store dropped
 // it, e.g. after a crash with writes never flushed), the export starts
-// empty and an error is logged.
-func NewServer(be Backend, exports []Export, opts Options) (*Server, error) {
+// empty and an error is logged. ctx bounds the backend calls (creating,
+// sizing and flushing the objects, deleting orphans); the server does not
+// keep it.
+func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) (*Server, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -156,7 +158,6 @@ func NewServer(be Backend, exports []Export, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
 	for _, cfg := range exports {
 		e, err := cfg.withDefaults()
 		if err != nil {

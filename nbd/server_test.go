@@ -112,11 +112,11 @@ func TestRestartInProcess(t *testing.T) {
 
 	// Shrinking is refused.
 	exps[0].Size = 1 << 20
-	if _, err := NewServer(st, exps, Options{StateDir: dir, Logger: testLogger()}); err == nil {
+	if _, err := NewServer(context.Background(), st, exps, Options{StateDir: dir, Logger: testLogger()}); err == nil {
 		t.Fatal("shrinking an export accepted")
 	}
 	// A duplicate name is refused.
-	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}, {Name: "a", Size: 1 << 20}}, Options{StateDir: dir}); err == nil {
+	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}, {Name: "a", Size: 1 << 20}}, Options{StateDir: dir}); err == nil {
 		t.Fatal("duplicate export accepted")
 	}
 }
@@ -128,7 +128,7 @@ func TestNewServerBinding(t *testing.T) {
 	// Create and the map update) and is deleted; a FUSE file is not touched.
 	orphan, _ := st.CreateWith("nbd", 4096, tiering.CreateOptions{Kind: tiering.KindNBD, Durability: tiering.DurabilityDevice})
 	file, _ := st.Create("nbd", 4096, "file")
-	srv, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
+	srv, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestNewServerBinding(t *testing.T) {
 	if err := saveState(dir, doc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil {
+	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil {
 		t.Fatal("export bound to a FUSE file")
 	}
 	// The map names an object labelled nbd but of the cache class (one an
@@ -178,17 +178,17 @@ func TestNewServerBinding(t *testing.T) {
 	if err := saveState(dir, doc); err != nil {
 		t.Fatal(err)
 	}
-	srv, err = NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
+	srv, err = NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := srv.Exports()[0].Object; got == id {
 		t.Fatal("export still bound to a deleted object")
 	}
-	if _, err := NewServer(st, nil, Options{StateDir: dir}); err == nil {
+	if _, err := NewServer(context.Background(), st, nil, Options{StateDir: dir}); err == nil {
 		t.Fatal("no exports accepted")
 	}
-	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{}); err == nil {
+	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{}); err == nil {
 		t.Fatal("missing StateDir accepted")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/sidecar/bus"
 	"github.com/ctxmem/ctxmemd/sidecar/client"
 	"github.com/ctxmem/ctxmemd/sidecar/msg"
@@ -118,7 +119,7 @@ func (r *rig) hostAt(t *testing.T, name, mount string) (*Agent, *files, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	t4, err := g4.NewTier(context.Background(), objs, g4.TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,23 +160,12 @@ func (r *rig) scheduler(t *testing.T, grace time.Duration) *scheduler.Scheduler 
 	return s
 }
 
-func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func TestColdObjectSunkAndPrestaged(t *testing.T) {
 	r := newRig(t)
 	_, fa := r.host(t, "host-a")
 	_, fb := r.host(t, "host-b")
 	sch := r.scheduler(t, 500*time.Millisecond)
-	eventually(t, "leadership", 10*time.Second, sch.IsLeader)
+	testenv.Eventually(t, 10*time.Second, sch.IsLeader, "leadership")
 
 	data := bytes.Repeat([]byte("kv-block"), 4096) // 32 KiB, 8 blocks
 	cold := fa.write(t, "sess1/blk0", data)
@@ -198,10 +188,10 @@ func TestColdObjectSunkAndPrestaged(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	eventually(t, "cold object sunk to G4", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		res, err := fa.st.Residency(cold)
 		return err == nil && res.G4 == res.Blocks && res.G2 == 0 && res.G3 == 0
-	})
+	}, "cold object sunk to G4")
 	if res, _ := fb.st.Residency(hot); res.G2 == 0 {
 		t.Fatalf("hot object lost its G2 copy: %+v", res)
 	}
@@ -214,10 +204,10 @@ func TestColdObjectSunkAndPrestaged(t *testing.T) {
 	if _, err := fa.st.Sink(context.Background(), cold); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "view knows host-a holds the object", 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		_, ok := sch.Holders("default", "sess1/blk0")["host-a"]
 		return ok
-	})
+	}, "view knows host-a holds the object")
 	rep, err := client.Prestage(context.Background(), r.nc, r.names, msg.PrestageRequest{
 		Namespace: "default", Paths: []string{"sess1/blk0", "missing"}, Deadline: time.Now().Add(5 * time.Second).UnixNano()})
 	if err != nil {
@@ -244,12 +234,12 @@ func TestCommandsIdempotentAndMalformedDropped(t *testing.T) {
 	r := newRig(t)
 	a, fa := r.host(t, "host-a")
 	sch := r.scheduler(t, time.Hour)
-	eventually(t, "leadership", 10*time.Second, sch.IsLeader)
+	testenv.Eventually(t, 10*time.Second, sch.IsLeader, "leadership")
 	id := fa.write(t, "x", bytes.Repeat([]byte{7}, 10000))
-	eventually(t, "host listed", 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		c, err := client.View(context.Background(), r.nc, r.names)
 		return err == nil && len(c.Hosts) == 1 && c.Leader != nil && c.Leader.ID == sch.ID()
-	})
+	}, "host listed")
 
 	ctx := context.Background()
 	ack, err := client.Control(ctx, r.nc, r.names, msg.Command{ID: "pin-once", Host: "host-a", Op: msg.OpPin, Namespace: "default", Path: "x"})
@@ -266,7 +256,7 @@ func TestCommandsIdempotentAndMalformedDropped(t *testing.T) {
 	if _, err := js.Publish(ctx, r.names.Command("host-a"), raw, jetstream.WithMsgID("other")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "duplicate acknowledged", 10*time.Second, func() bool { return a.Stats().Duplicates == 1 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Duplicates == 1 }, "duplicate acknowledged")
 	if res, _ := fa.st.Residency(id); !res.Pinned {
 		t.Fatal("a duplicate command id was applied")
 	}
@@ -276,7 +266,7 @@ func TestCommandsIdempotentAndMalformedDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "malformed commands dropped", 10*time.Second, func() bool { return a.Stats().Malformed == 2 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Malformed == 2 }, "malformed commands dropped")
 	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSink, Namespace: "default", Path: "nope"})
 	if err != nil || ack.Status != msg.AckNotFound {
 		t.Fatalf("sink of an unknown object: %+v %v", ack, err)
@@ -318,10 +308,10 @@ func mustEncode(t *testing.T, v any) []byte {
 func TestQuickRestartIsNotADuplicate(t *testing.T) {
 	r := newRig(t)
 	a1, _, stop := r.hostAt(t, "restarted", "/mnt/ctxmem")
-	eventually(t, "first boot's liveness record", 10*time.Second, func() bool { return a1.Stats().Published > 0 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return a1.Stats().Published > 0 }, "first boot's liveness record")
 	stop()
 	a2, _, _ := r.hostAt(t, "restarted", "/mnt/ctxmem")
-	eventually(t, "second boot reports", 10*time.Second, func() bool { return a2.Stats().Published > 3 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return a2.Stats().Published > 3 }, "second boot reports")
 	if n := a2.Stats().DuplicateHost; n != 0 {
 		t.Fatalf("the restarted daemon took its own previous boot for a duplicate %d times", n)
 	}
@@ -331,9 +321,9 @@ func TestDuplicateHostNameDetected(t *testing.T) {
 	r := newRig(t)
 	a1, _ := r.host(t, "same")
 	a2, _ := r.host(t, "same")
-	eventually(t, "duplicate host name noticed", 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		return a1.Stats().DuplicateHost > 0 || a2.Stats().DuplicateHost > 0
-	})
+	}, "duplicate host name noticed")
 	b, _ := r.host(t, "other")
 	time.Sleep(time.Second)
 	if n := b.Stats().DuplicateHost; n != 0 {

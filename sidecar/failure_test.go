@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/sidecar/bus"
 	"github.com/ctxmem/ctxmemd/sidecar/msg"
 	"github.com/ctxmem/ctxmemd/sidecar/scheduler"
@@ -64,7 +65,7 @@ func TestSchedulerDownTelemetryAccumulates(t *testing.T) {
 
 	// A first scheduler creates the shared durable consumer, then stops.
 	s1, stop1 := r.startScheduler(t, time.Hour)
-	eventually(t, "first leader reads reports", 10*time.Second, func() bool { return s1.IsLeader() && s1.Stats().Reports > 0 })
+	testenv.Eventually(t, 10*time.Second, func() bool { return s1.IsLeader() && s1.Stats().Reports > 0 }, "first leader reads reports")
 	stop1()
 	if s1.IsLeader() {
 		t.Fatal("stopped scheduler still leader")
@@ -81,7 +82,7 @@ func TestSchedulerDownTelemetryAccumulates(t *testing.T) {
 		t.Fatal(err)
 	}
 	var state jetstream.StreamState
-	eventually(t, "telemetry stream full and dropping its oldest", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		st, err := js.Stream(ctx, r.names.Telemetry())
 		if err != nil {
 			return false
@@ -95,7 +96,7 @@ func TestSchedulerDownTelemetryAccumulates(t *testing.T) {
 			t.Fatalf("telemetry stream holds %d bytes, cap %d", state.Bytes, capBytes)
 		}
 		return state.FirstSeq > 1 && state.Bytes > capBytes/2
-	})
+	}, "telemetry stream full and dropping its oldest")
 	cons, err := js.Consumer(ctx, r.names.Telemetry(), r.names.SchedulerConsumer())
 	if err != nil {
 		t.Fatal(err)
@@ -116,10 +117,10 @@ func TestSchedulerDownTelemetryAccumulates(t *testing.T) {
 	// A new scheduler with a short grace: it reads the backlog through
 	// the same consumer and sinks the cold files from fresh reports.
 	s2, _ := r.startScheduler(t, 300*time.Millisecond)
-	eventually(t, "every cold file sunk by the new scheduler", 40*time.Second, func() bool {
+	testenv.Eventually(t, 40*time.Second, func() bool {
 		_, all := allInG4(fa.st, ids)
 		return all
-	})
+	}, "every cold file sunk by the new scheduler")
 	st := s2.Stats()
 	if !st.Leader || st.Reports == 0 || st.Commands[msg.OpSink] < int64(len(ids)) || st.Acks[msg.AckOK] == 0 {
 		t.Fatalf("new scheduler stats %+v", st)
@@ -171,7 +172,7 @@ func TestNATSOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	t4, err := g4.NewTier(context.Background(), objs, g4.TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,13 +196,13 @@ func TestNATSOutage(t *testing.T) {
 
 	data := bytes.Repeat([]byte("outage"), 2000)
 	x := f.write(t, "x", data)
-	eventually(t, "agent connected and publishing", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		s := a.Stats()
 		return s.Connected && s.Published > 0 && s.Queued == 0
-	})
+	}, "agent connected and publishing")
 
 	emb.Shutdown()
-	eventually(t, "client notices the outage", 10*time.Second, func() bool { return !nc.IsConnected() })
+	testenv.Eventually(t, 10*time.Second, func() bool { return !nc.IsConnected() }, "client notices the outage")
 	// The host keeps serving while its telemetry piles up: new files
 	// (stored events) in bursts, reads of an old one, for a few report
 	// cycles (each blocks ~4 s on publish timeouts while NATS is away).
@@ -235,10 +236,10 @@ func TestNATSOutage(t *testing.T) {
 	pubBefore := a.Stats().Published
 
 	emb = start() // same store dir: streams, consumers and buckets come back
-	eventually(t, "reconnected and flushed", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		s := a.Stats()
 		return nc.IsConnected() && s.Connected && s.Published > pubBefore && s.Queued == 0
-	})
+	}, "reconnected and flushed")
 	// The newest events reached the stream: the last file written during
 	// the outage is announced.
 	js, err := jetstream.New(nc)
@@ -248,7 +249,7 @@ func TestNATSOutage(t *testing.T) {
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
 	ns, lastPath, _ := f.Path(last)
-	eventually(t, "the last stored event in the stream", 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		found := false
 		forEach(t, sctx, js, r.names.Telemetry(), r.names.Event("host-a"), func(m jetstream.Msg) {
 			var e msg.Events
@@ -262,7 +263,7 @@ func TestNATSOutage(t *testing.T) {
 			}
 		})
 		return found
-	})
+	}, "the last stored event in the stream")
 
 	// A command after the restart: applied once.
 	cmd := msg.Command{V: msg.Version, ID: "knobs-after-restart", Host: "host-a", Op: msg.OpSetKnobs,
@@ -275,7 +276,7 @@ func TestNATSOutage(t *testing.T) {
 	if _, err := js.Publish(sctx, r.names.Command("host-a"), raw, jetstream.WithMsgID(cmd.ID)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "command applied", 20*time.Second, func() bool { return a.Stats().Applied == applied0+1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return a.Stats().Applied == applied0+1 }, "command applied")
 	// The same publish again is dropped by the stream's duplicate window;
 	// the same id under another message id reaches the host, which
 	// refuses to apply it twice.
@@ -285,7 +286,7 @@ func TestNATSOutage(t *testing.T) {
 	if _, err := js.Publish(sctx, r.names.Command("host-a"), raw, jetstream.WithMsgID(cmd.ID+"-again")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "redelivered command acknowledged as duplicate", 20*time.Second, func() bool { return a.Stats().Duplicates == 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return a.Stats().Duplicates == 1 }, "redelivered command acknowledged as duplicate")
 	if n := knobCalls.Load(); n != 1 {
 		t.Fatalf("set_knobs applied %d times, want 1", n)
 	}
@@ -296,7 +297,7 @@ func TestNATSOutage(t *testing.T) {
 	// "duplicate" for the redelivery (ack message ids carry the status, so
 	// the scheduler hears about the refused redelivery too).
 	var statuses []string
-	eventually(t, "the ack in the telemetry stream", 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		statuses = nil
 		forEach(t, sctx, js, r.names.Telemetry(), r.names.Ack("host-a"), func(m jetstream.Msg) {
 			var ack msg.Ack
@@ -305,7 +306,7 @@ func TestNATSOutage(t *testing.T) {
 			}
 		})
 		return len(statuses) > 0
-	})
+	}, "the ack in the telemetry stream")
 	time.Sleep(500 * time.Millisecond) // let a second ack, if one were published, land
 	statuses = nil
 	forEach(t, sctx, js, r.names.Telemetry(), r.names.Ack("host-a"), func(m jetstream.Msg) {

@@ -47,6 +47,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/sidecar/client"
 	"github.com/ctxmem/ctxmemd/sidecar/msg"
 	"github.com/ctxmem/ctxmemd/tests/harness"
@@ -247,10 +248,10 @@ func TestBenchPool(t *testing.T) {
 			t.Logf("nats log:\n%s", natsProc.tail())
 		}
 	})
-	waitFor(t, "2 hosts and a leader", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		cv, err := clusterView(t, a)
 		return err == nil && len(cv.Hosts) == 2 && cv.Leader != nil
-	})
+	}, "2 hosts and a leader")
 	if !strings.Contains(a.Log(), `io=direct`) {
 		t.Errorf("host-a did not log its pool opened with O_DIRECT (io=direct)")
 	}
@@ -283,10 +284,10 @@ func TestBenchPool(t *testing.T) {
 		}
 	}
 	fuseWrite := time.Since(tw)
-	waitFor(t, "host-a's write-back to drain", 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		st, err := a.Status(ctx)
 		return err == nil && statInt(t, st, "dirty_bytes") == 0
-	})
+	}, "host-a's write-back to drain")
 
 	// 1a. Reference: raw O_DIRECT writes, write-only in [0, total), write
 	// + read-back in [total, 2*total) (both regions fallocated and never
@@ -387,9 +388,9 @@ func TestBenchPool(t *testing.T) {
 	// The scheduler must know A holds them before B asks (else it knows
 	// no holder and drops the want): A's report counts them, then two more
 	// report intervals.
-	waitFor(t, "host-a to report the fresh files", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		return hostObjects(t, a, "host-a") >= objsA+2*benchPoolFresh
-	})
+	}, "host-a to report the fresh files")
 	time.Sleep(700 * time.Millisecond)
 	// A wanted name travels in B's next report (Missed does not send one
 	// early), so read back to back every name would wait a whole report

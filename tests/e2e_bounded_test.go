@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
 )
@@ -225,7 +226,7 @@ func TestE2EStuckWriterKillable(t *testing.T) {
 	}
 	resumed = true
 	p := filepath.Join(ns, "after")
-	ok := waitUntil(60*time.Second, func() bool {
+	ok := testenv.Poll(60*time.Second, func() bool {
 		if err := os.WriteFile(p, boundedPattern(3, 1<<20), 0o644); err != nil {
 			return false
 		}

@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/sidecar/client"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 )
@@ -149,17 +150,6 @@ func allIn(v, tier string) bool {
 	return true
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func TestE2EClusterControlLoop(t *testing.T) {
 	bin := needE2E(t)
 	natsBin := needTool(t, "nats-server", "make deps-test installs it")
@@ -197,14 +187,14 @@ func TestE2EClusterControlLoop(t *testing.T) {
 
 	// Every host and a leader show up in status --cluster.
 	var leader string
-	waitFor(t, "3 hosts and a scheduler leader in status --cluster", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		cv, err := clusterView(t, a)
 		if err != nil || len(cv.Hosts) != 3 || cv.Leader == nil || len(cv.Replicas) != 2 {
 			return false
 		}
 		leader = cv.Leader.ID
 		return true
-	})
+	}, "3 hosts and a scheduler leader in status --cluster")
 	t.Logf("leader %s", leader)
 
 	// Files, and a reader that keeps B's hot file hot and reads every
@@ -263,14 +253,14 @@ func TestE2EClusterControlLoop(t *testing.T) {
 	}()
 
 	// 1. Cold private files of A are sunk to G4 by a scheduler command.
-	waitFor(t, "A's cold files sunk to G4", 45*time.Second, func() bool {
+	testenv.Eventually(t, 45*time.Second, func() bool {
 		for _, p := range coldA[:2] {
 			if !allIn(tierOf(t, p), "G4") {
 				return false
 			}
 		}
 		return true
-	})
+	}, "A's cold files sunk to G4")
 	if tr := tierOf(t, hotB); !allIn(tr, "G2") {
 		t.Errorf("B's hot file is in %s, want G2", tr)
 	}
@@ -309,13 +299,13 @@ func TestE2EClusterControlLoop(t *testing.T) {
 		other = "sched-2"
 	}
 	tKill := time.Now()
-	waitFor(t, "the other scheduler to take over", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		cv, err := clusterView(t, b)
 		return err == nil && cv.Leader != nil && cv.Leader.ID == other
-	})
+	}, "the other scheduler to take over")
 	t.Logf("takeover by %s after %s", other, time.Since(tKill).Round(100*time.Millisecond))
 	coldB := write(b, "s3/cold")
-	waitFor(t, "B's cold file sunk after the takeover", 45*time.Second, func() bool { return allIn(tierOf(t, coldB), "G4") })
+	testenv.Eventually(t, 45*time.Second, func() bool { return allIn(tierOf(t, coldB), "G4") }, "B's cold file sunk after the takeover")
 
 	// 4. NATS killed and restarted: hosts serve meanwhile, then the loop
 	// resumes (a new cold file on C is sunk).
@@ -327,9 +317,9 @@ func TestE2EClusterControlLoop(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	nats.start()
 	waitTCP(t, "127.0.0.1:"+strconv.Itoa(port))
-	waitFor(t, "C's cold file sunk after the NATS restart", 60*time.Second, func() bool { return allIn(tierOf(t, coldC), "G4") })
-	waitFor(t, "3 hosts and a leader after the NATS restart", 30*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool { return allIn(tierOf(t, coldC), "G4") }, "C's cold file sunk after the NATS restart")
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		cv, err := clusterView(t, c)
 		return err == nil && len(cv.Hosts) == 3 && cv.Leader != nil
-	})
+	}, "3 hosts and a leader after the NATS restart")
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
@@ -226,10 +227,10 @@ func TestE2EFsck(t *testing.T) {
 	if tr := gc(); tr.Garbage != 1 || tr.Queued != 1 || tr.Bytes != wantBytes {
 		t.Fatalf("gc: G4 %+v", tr)
 	}
-	waitFor(t, "the stray G4 object to be deleted", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		_, err := os.Stat(strayPath)
 		return os.IsNotExist(err)
-	})
+	}, "the stray G4 object to be deleted")
 	check(b)
 	check(filepath.Join(dir, "c"))
 

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 )
 
@@ -197,12 +198,12 @@ func TestE2EPassthroughWrites(t *testing.T) {
 	if after := status(t, d).Passthrough; after.DaemonWrites != before.DaemonWrites {
 		t.Fatalf("%d WRITE requests reached the daemon; want 0", after.DaemonWrites-before.DaemonWrites)
 	}
-	waitFor(t, "closed file written back", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		st := status(t, d)
 		var dirty int64
 		fmt.Sscan(string(st.Stats["dirty_bytes"]), &dirty)
 		return dirty == 0
-	})
+	}, "closed file written back")
 	d.Kill9()
 	d.StartAgain()
 	if got := readFile(t, synced); !bytes.Equal(got, want) {

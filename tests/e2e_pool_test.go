@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 )
 
@@ -150,10 +151,10 @@ func startPoolCluster(t *testing.T, poolSize, extentSize string, extra ...string
 			t.Logf("scheduler log:\n%s", c.sched.tail())
 		}
 	})
-	waitFor(t, "3 hosts and a leader", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		cv, err := clusterView(t, c.hosts[0])
 		return err == nil && len(cv.Hosts) == 3 && cv.Leader != nil
-	})
+	}, "3 hosts and a leader")
 	return c
 }
 
@@ -248,10 +249,10 @@ func TestE2EPoolSharing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := filepath.Join(cc.Namespace(), extra)
-	waitFor(t, "C sees the shared file", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		_, err := os.Stat(pc)
 		return err == nil
-	})
+	}, "C sees the shared file")
 	if tr := tierOf(t, pc); !allIn(tr, "G3.5") {
 		t.Errorf("an imported, unread file is in %q, want G3.5", tr)
 	}
@@ -335,37 +336,37 @@ func TestE2EPoolFaults(t *testing.T) {
 		write(a, name)
 		written.Store(name, true)
 	}
-	waitFor(t, "reads served from the pool", 30*time.Second, func() bool { return okReads.Load() > 50 })
-	waitFor(t, "the scheduler to reclaim pool extents", 60*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool { return okReads.Load() > 50 }, "reads served from the pool")
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		return strings.Contains(c.sched.tail(), "reclaim_extent")
-	})
+	}, "the scheduler to reclaim pool extents")
 
 	// 2. A's link down: its pool goes into bypass within the bound and
 	// A keeps serving its own files; link up: re-admitted.
 	run(t, "ip", "-n", c.nets[0].ns, "link", "set", c.nets[0].nsDev, "down")
 	tDown := time.Now()
-	waitFor(t, "A's G3.5 in bypass", 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		st, err := a.Status(context.Background())
 		if err != nil {
 			return false
 		}
 		g, ok := st.Tier("G3.5")
 		return ok && g.Degraded
-	})
+	}, "A's G3.5 in bypass")
 	t.Logf("bypass %s after link down", time.Since(tDown).Round(10*time.Millisecond))
 	if got, err := readDirect(filepath.Join(a.Namespace(), "fill/000.kv")); err != nil || !bytes.Equal(got, kvBytes("fill/000.kv", size)) {
 		t.Errorf("A cannot serve its own file in bypass: %v", err)
 	}
 	write(a, "bypass/one.kv") // writes meant for the pool go to G3
 	run(t, "ip", "-n", c.nets[0].ns, "link", "set", c.nets[0].nsDev, "up")
-	waitFor(t, "A's G3.5 re-admitted", 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		st, err := a.Status(context.Background())
 		if err != nil {
 			return false
 		}
 		g, ok := st.Tier("G3.5")
 		return ok && !g.Degraded
-	})
+	}, "A's G3.5 re-admitted")
 
 	// 3. NATS restarted mid-run: sharing resumes.
 	c.nats.kill()
@@ -422,7 +423,7 @@ func TestE2EPoolFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "an extent A held when it died leased by B", 30*time.Second, heldOld)
+	testenv.Eventually(t, 30*time.Second, heldOld, "an extent A held when it died leased by B")
 	a.StartAgain()
 	write(a, "restarted/x.kv")
 	if _, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second); err != nil {

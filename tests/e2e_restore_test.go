@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
 )
@@ -161,7 +162,7 @@ func TestE2ERestoreBudget(t *testing.T) {
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("slow S3: open over budget: %v, want ENOENT", err)
 	}
-	if !waitUntil(30*time.Second, func() bool { ts, err := blockTiers(kv); return err == nil && countTier(ts, "G2") == 4 }) {
+	if !testenv.Poll(30*time.Second, func() bool { ts, err := blockTiers(kv); return err == nil && countTier(ts, "G2") == 4 }) {
 		ts, _ := blockTiers(kv)
 		t.Fatalf("not prestaged after the skipped open: %v", ts)
 	}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 	osexec "os/exec"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 )
 
@@ -158,7 +159,7 @@ func TestE2ES3RestartDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	ok := waitUntil(90*time.Second, func() bool {
+	ok := testenv.Poll(90*time.Second, func() bool {
 		st, err := d.Status(context.Background())
 		g4, _ := st.Tier("G4")
 		return err == nil && !g4.Degraded && !g4.Recovering

@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tests/harness"
 	"github.com/ctxmem/ctxmemd/tests/workloads"
 	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
@@ -238,21 +239,6 @@ func countTier(tiers []string, name string) int {
 	return n
 }
 
-// waitUntil polls cond every 200 ms until it returns true or timeout passes;
-// it reports whether cond became true.
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // blockObjects returns the files of the server's backing directory that
 // hold the daemon's block objects (keys <s3Prefix>/blocks/...), keyed by
 // the key relative to the prefix, with their sizes.
@@ -318,7 +304,7 @@ func pushOutOfG2(t *testing.T, dir string, rounds int, want func() bool) []s3Fil
 			t.Fatal(err)
 		}
 		fillers = append(fillers, f)
-		waitUntil(2*time.Second, want) // eviction is asynchronous
+		testenv.Poll(2*time.Second, want) // eviction is asynchronous
 	}
 	return fillers
 }
@@ -850,7 +836,7 @@ func TestE2ES3CorruptObject(t *testing.T) {
 		// give it a moment.
 		var err error
 		found := time.Now()
-		waitUntil(2*time.Second, func() bool {
+		testenv.Poll(2*time.Second, func() bool {
 			_, err = os.Stat(filepath.Join(ns, f.name))
 			return errors.Is(err, fs.ErrNotExist)
 		})
@@ -886,7 +872,7 @@ func TestE2ES3CorruptObject(t *testing.T) {
 	}
 	// Quarantine: the corrupt objects are deleted from the bucket (and,
 	// the files being dropped, their other blocks in the background).
-	gone := waitUntil(10*time.Second, func() bool {
+	gone := testenv.Poll(10*time.Second, func() bool {
 		objs := blockObjects(t, srv)
 		_, a := objs[payloadObj]
 		_, b := objs[headerObj]
@@ -896,7 +882,7 @@ func TestE2ES3CorruptObject(t *testing.T) {
 		t.Errorf("corrupt objects %q / %q still in the bucket 10 s after they were read (no quarantine)", payloadObj, headerObj)
 	}
 	left := 0
-	waitUntil(10*time.Second, func() bool {
+	testenv.Poll(10*time.Second, func() bool {
 		objs := blockObjects(t, srv)
 		left = 0
 		for _, f := range files[:2] {

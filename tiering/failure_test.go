@@ -67,7 +67,7 @@ func openStack(t *testing.T, dir, g3dir string, g3cap int64, withG4 bool) *stack
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.g4, err = g4.NewTier(local, g4.TierOptions{})
+		st.g4, err = g4.NewTier(context.Background(), local, g4.TierOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

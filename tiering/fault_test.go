@@ -181,7 +181,7 @@ func TestUnansweredG4PutIsDeletedBeforeFlush(t *testing.T) {
 	if err := fs.store.Flush(fctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fs.g4t.Stat(k); err == nil {
+	if _, err := fs.g4t.Stat(ctx, k); err == nil {
 		t.Fatal("FLUSH returned after a TRIM while G4 still holds the block's unanswered copy")
 	}
 }
@@ -203,18 +203,18 @@ func TestReclaimedG3CopyDoesNotComeBack(t *testing.T) {
 	}
 	flushWithin(t, fs.store, id, 10*time.Second)
 	k := tier.Key{Namespace: "nbd", Object: uint64(id), Index: 0, Gen: 1}
-	if _, err := fs.g3s.Stat(k); err != nil {
+	if _, err := fs.g3s.Stat(ctx, k); err != nil {
 		t.Fatalf("block not written back to G3: %v", err)
 	}
 	fs.store.DemoteFromG3([]tier.Key{k})
-	if _, err := fs.g4t.Stat(k); err != nil {
+	if _, err := fs.g4t.Stat(ctx, k); err != nil {
 		t.Fatalf("reclaim did not copy the block to G4: %v", err)
 	}
 	if err := fs.store.Discard(ctx, id, 0, bs); err != nil {
 		t.Fatal(err)
 	}
 	flushWithin(t, fs.store, id, 10*time.Second)
-	if _, err := fs.g3s.Stat(k); err == nil {
+	if _, err := fs.g3s.Stat(ctx, k); err == nil {
 		t.Fatal("FLUSH after TRIM returned while the reclaimed segment's G3 record of the block is still live")
 	}
 	fs.close(t)

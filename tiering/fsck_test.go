@@ -315,10 +315,10 @@ func TestCollectGarbageFindsOrphans(t *testing.T) {
 		}
 	}
 	waitGCIdle(t, fs.store, 10*time.Second)
-	if _, err := fs.g4t.Stat(orphan); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := fs.g4t.Stat(ctx, orphan); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("orphan still in G4: %v", err)
 	}
-	if _, err := fs.g3s.Stat(orphan); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := fs.g3s.Stat(ctx, orphan); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("orphan still in G3: %v", err)
 	}
 	if got, err := readBack(fs.store, id, len(want)); err != nil || !bytes.Equal(got, want) {

@@ -100,7 +100,7 @@ func (s *Store) recoverG4Loop() {
 		res := make(chan result, 1)
 		go func() { // ends within the tier's list timeout; see above
 			listed := make(map[tier.Key]int64)
-			err := s.g4.Range(func(k tier.Key, n int64) bool { listed[k] = n; return true })
+			err := s.g4.Range(s.ctx, func(k tier.Key, n int64) bool { listed[k] = n; return true })
 			res <- result{listed, err}
 		}()
 		var r result

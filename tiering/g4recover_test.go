@@ -48,12 +48,12 @@ func (t *outageTier) Delete(ctx context.Context, k tier.Key) error {
 	return t.memTier.Delete(ctx, k)
 }
 
-func (t *outageTier) Range(fn func(tier.Key, int64) bool) error {
+func (t *outageTier) Range(ctx context.Context, fn func(tier.Key, int64) bool) error {
 	t.ranges.Add(1)
 	if t.down.Load() {
 		return t.unavailable()
 	}
-	return t.memTier.Range(fn)
+	return t.memTier.Range(ctx, fn)
 }
 
 func (t *outageTier) Healthy() bool { return !t.down.Load() }

@@ -30,27 +30,27 @@ type listing map[tier.Key]int64
 // listTier returns t's listing (nil for a nil tier). A listing that fails
 // part way returns the error and no keys, so callers never act on half of
 // a tier.
-func listTier(t tier.Tier) (listing, error) {
+func listTier(ctx context.Context, t tier.Tier) (listing, error) {
 	if t == nil {
 		return nil, nil
 	}
 	l := make(listing)
-	if err := t.Range(func(k tier.Key, n int64) bool { l[k] = n; return true }); err != nil {
+	if err := t.Range(ctx, func(k tier.Key, n int64) bool { l[k] = n; return true }); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// listTierCtx is listTier bounded by ctx: a Range cannot be cancelled (G4
-// bounds its own listing with its ListTimeout), so it runs in a goroutine
-// of its own that the caller stops waiting for when ctx ends.
+// listTierCtx is listTier bounded by ctx even for a tier whose Range does
+// not watch ctx: the Range runs in a goroutine of its own that the caller
+// stops waiting for when ctx ends.
 func listTierCtx(ctx context.Context, t tier.Tier) (listing, error) {
 	type result struct {
 		l   listing
 		err error
 	}
 	ch := make(chan result, 1)
-	go func() { l, err := listTier(t); ch <- result{l, err} }()
+	go func() { l, err := listTier(ctx, t); ch <- result{l, err} }()
 	select {
 	case r := <-ch:
 		return r.l, r.err
@@ -89,11 +89,11 @@ func (p copies) addListing(l listing, ti int) {
 // addRange merges t's Range as tier ti straight in, without a listing of
 // its own (no second copy of a large index); a Range that fails part way
 // leaves part of it, so only a caller that gives up on an error uses it.
-func (p copies) addRange(t tier.Tier, ti int) error {
+func (p copies) addRange(ctx context.Context, t tier.Tier, ti int) error {
 	if t == nil {
 		return nil
 	}
-	return t.Range(func(k tier.Key, _ int64) bool { p.add(k, ti); return true })
+	return t.Range(ctx, func(k tier.Key, _ int64) bool { p.add(k, ti); return true })
 }
 
 // queueCopies queues the deletion of every listed copy of k (garbage).
@@ -255,7 +255,7 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCReport, erro
 				continue
 			}
 			queued := s.gcQueued(c.t, k)
-			if _, err := c.t.Stat(k); !queued && errors.Is(err, tier.ErrNotFound) {
+			if _, err := c.t.Stat(ctx, k); !queued && errors.Is(err, tier.ErrNotFound) {
 				continue // deleted since the listing (Stat asks the tier's index)
 			}
 			tr.Garbage++

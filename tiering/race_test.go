@@ -50,7 +50,7 @@ func (fs *faultStack) open(t *testing.T, withG4 bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fs.g4t, err = g4.NewTier(local, g4.TierOptions{}); err != nil {
+		if fs.g4t, err = g4.NewTier(context.Background(), local, g4.TierOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		fs.g4 = faulttier.Wrap(fs.g4t)

@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -11,9 +12,9 @@ import (
 // recover rebuilds the object table from meta.db and the tiers' indexes
 // (see meta.go for the rules) and queues garbage (block copies that belong
 // to no live object generation) for deletion.
-func (s *Store) recover() error {
+func (s *Store) recover(ctx context.Context) error {
 	present := make(copies)
-	if err := present.addRange(s.g3, tiG3); err != nil {
+	if err := present.addRange(ctx, s.g3, tiG3); err != nil {
 		return fmt.Errorf("scan G3: %w", err)
 	}
 	// G4 is listed into its own map first: a listing that fails part way
@@ -27,7 +28,7 @@ func (s *Store) recover() error {
 			// unlisted): do not wait for the store a second time.
 			err = fmt.Errorf("G4 opened unlisted: %w", tier.ErrUnavailable)
 		} else {
-			in4, err = listTier(s.g4)
+			in4, err = listTier(ctx, s.g4)
 		}
 		switch {
 		case err == nil:

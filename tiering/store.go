@@ -273,7 +273,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		meta.close()
 		return nil, err
 	}
-	if err := s.recover(); err != nil {
+	if err := s.recover(ctx); err != nil {
 		meta.close()
 		return nil, err
 	}

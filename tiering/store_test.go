@@ -56,7 +56,7 @@ func (t *memTier) Get(_ context.Context, k tier.Key, p []byte, off int64) (int, 
 	}
 	return copy(p, d[off:]), nil
 }
-func (t *memTier) Stat(k tier.Key) (int64, error) {
+func (t *memTier) Stat(ctx context.Context, k tier.Key) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d, ok := t.m[k]
@@ -72,7 +72,7 @@ func (t *memTier) Delete(_ context.Context, k tier.Key) error {
 	delete(t.m, k)
 	return nil
 }
-func (t *memTier) Range(fn func(tier.Key, int64) bool) error {
+func (t *memTier) Range(ctx context.Context, fn func(tier.Key, int64) bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, d := range t.m {
@@ -448,7 +448,7 @@ func TestDiscardThenRewriteKeepsNewCopy(t *testing.T) {
 	k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
 	s.gc(g3, k) // the discard's deletion, arriving late
 	s.drainGC(context.Background())
-	if _, err := g3.Stat(k); err != nil {
+	if _, err := g3.Stat(ctx, k); err != nil {
 		t.Fatalf("a queued deletion removed the rewritten block: %v", err)
 	}
 	s.evictOne(bref{id, 0})

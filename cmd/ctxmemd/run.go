@@ -247,7 +247,7 @@ func (d *daemon) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		t, err := g4.NewTier(objects, g4.TierOptions{
+		t, err := g4.NewTier(ctx, objects, g4.TierOptions{
 			Capacity: capacity, HighWatermark: cfg.G4High, LowWatermark: cfg.G4Low,
 			// Blocks of device-class objects (NBD exports) are never
 			// expired or evicted by size: the core, which alone knows
@@ -391,7 +391,7 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 		}
 		lns, urls = append(lns, ln), append(urls, u)
 	}
-	srv, err := nbd.NewServer(st, exports,
+	srv, err := nbd.NewServer(ctx, st, exports,
 		nbd.Options{StateDir: d.cfg.DataDir, Logger: d.log.With("component", "nbd"), ObserveLatency: d.lat.ObserveNBD})
 	if err != nil {
 		for _, l := range lns {

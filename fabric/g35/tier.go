@@ -70,6 +70,7 @@ type Tier struct {
 	r      *pool.Reader
 	opts   Options
 	bypass atomic.Bool
+	closed atomic.Bool
 
 	events  chan Event // Events; sends never block
 	dropped atomic.Int64
@@ -208,6 +209,9 @@ func (t *Tier) Location(k tier.Key) (Ref, bool) {
 // (tier.ErrNotFound, or tier.ErrCorrupt for a CRC error in a live extent),
 // reported as an EventStale.
 func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("G3.5 get %s: negative offset %d", k, off)
+	}
 	if t.bypass.Load() {
 		return 0, fmt.Errorf("G3.5 get %s: pool in bypass: %w", k, tier.ErrNotFound)
 	}
@@ -297,8 +301,12 @@ func (t *Tier) forget(k tier.Key, ref Ref) {
 	t.mu.Unlock()
 }
 
-// Stat implements tier.Tier.
-func (t *Tier) Stat(k tier.Key) (int64, error) {
+// Stat implements tier.Tier from the local mappings (ctx is not
+// consulted: nothing blocks).
+func (t *Tier) Stat(_ context.Context, k tier.Key) (int64, error) {
+	if t.closed.Load() {
+		return 0, fmt.Errorf("G3.5 stat %s: %w", k, tier.ErrClosed)
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if r, ok := t.refs[k]; ok {
@@ -312,6 +320,9 @@ func (t *Tier) Stat(k tier.Key) (int64, error) {
 // once the index entry is gone). For blocks this host put, an EventDeleted
 // is emitted.
 func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
+	if t.closed.Load() {
+		return fmt.Errorf("G3.5 delete %s: %w", k, tier.ErrClosed)
+	}
 	t.mu.Lock()
 	r, ok := t.refs[k]
 	own := t.own[k]
@@ -344,8 +355,12 @@ func (t *Tier) ForgetExtent(e uint32) []tier.Key {
 	return out
 }
 
-// Range implements tier.Tier over the local mappings.
-func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
+// Range implements tier.Tier over the local mappings; it stops with
+// ctx.Err() when ctx is done between blocks.
+func (t *Tier) Range(ctx context.Context, fn func(k tier.Key, length int64) bool) error {
+	if t.closed.Load() {
+		return fmt.Errorf("G3.5 range: %w", tier.ErrClosed)
+	}
 	t.mu.RLock()
 	type kv struct {
 		k tier.Key
@@ -357,6 +372,9 @@ func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
 	}
 	t.mu.RUnlock()
 	for _, e := range all {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !fn(e.k, e.n) {
 			break
 		}
@@ -377,8 +395,12 @@ func (t *Tier) Usage() tier.Usage {
 func (t *Tier) Writer() *pool.Writer { return t.w }
 
 // Close implements tier.Tier: it closes the writer (leases lapse at
-// expiry) and the pool.
+// expiry) and the pool. Later calls of the tier.Tier methods return
+// tier.ErrClosed; a second Close does nothing.
 func (t *Tier) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	var errs []error
 	if t.w != nil {
 		errs = append(errs, t.w.Close())

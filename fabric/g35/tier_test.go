@@ -111,7 +111,7 @@ func TestPutGetAliasAcrossHosts(t *testing.T) {
 	if keys := a.ForgetExtent(r2.Loc.Extent); len(keys) != 1 || keys[0] != k2 {
 		t.Fatalf("ForgetExtent returned %v", keys)
 	}
-	if _, err := a.Stat(k2); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := a.Stat(ctx, k2); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("stat after ForgetExtent: %v", err)
 	}
 	if u := a.Usage(); u.Blocks != 0 || u.CapacityBytes != 15<<20 {
@@ -177,7 +177,7 @@ func TestCorruptRecordIsAMissAndReported(t *testing.T) {
 	if len(tr.Events()) != 1 || tr.DroppedEvents() != 1 {
 		t.Fatalf("%d events queued, %d dropped; want 1 and 1", len(tr.Events()), tr.DroppedEvents())
 	}
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(ctx, k); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("the corrupt record is still mapped: %v", err)
 	}
 }

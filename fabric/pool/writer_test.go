@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -229,10 +230,10 @@ func TestRenewLoop(t *testing.T) {
 	for i := range 5 {
 		clk.Advance(6 * time.Second)
 		want := clk.Now().Add(10 * time.Second)
-		waitFor(t, func() bool {
+		testenv.Eventually(t, 20*time.Second, func() bool {
 			ls := w.Leases()
 			return len(ls) == 1 && ls[0].Expires.Equal(want) && leases.Leases()[ls[0].Extent].Expires.Equal(want)
-		})
+		}, "lease renewal %d to expire at %v", i+1, want)
 		loc, err := w.Put(ctx, key("ns", uint64(i+1), 0, 1), []byte("more"))
 		if err != nil {
 			t.Fatalf("Put after %d renewals: %v", i+1, err)
@@ -272,17 +273,6 @@ func TestRenewDropsLost(t *testing.T) {
 	w.renewAll(ctx)
 	if len(w.Leases()) != 0 || len(lost) != 1 || lost[0].Epoch != loc.Epoch {
 		t.Fatalf("after expiry: held %v, lost %v", w.Leases(), lost)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 20 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -123,16 +123,3 @@ func busWithBuckets(tb testing.TB) (*bus.Embedded, jetstream.KeyValue, jetstream
 	l, i := buckets(tb, connect(tb, emb, ""))
 	return emb, l, i
 }
-
-// eventually polls cond every 10 ms until it holds or 15 s pass (a bound
-// on a hang, not a timing assertion).
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

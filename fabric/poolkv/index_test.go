@@ -12,6 +12,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/ctxmem/ctxmemd/fabric/pool"
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // runIndex starts x.Run until the test ends and waits for Ready.
@@ -87,9 +88,9 @@ func TestIndexPropagation(t *testing.T) {
 			t.Fatalf("publisher does not see %s", e.Path)
 		}
 	}
-	eventually(t, "x2 to see three publishes", func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		return lookupEq(x2, a) && lookupEq(x2, b) && lookupEq(x2, c) && x2.Len() == 4
-	})
+	}, "x2 to see three publishes")
 	for _, x := range []*Index{x1, x2} {
 		for _, d := range []struct {
 			ns, dir string
@@ -124,10 +125,10 @@ func TestIndexPropagation(t *testing.T) {
 	if _, ok := x2.Lookup("ns1", "m/llama/b"); ok {
 		t.Fatal("remover still sees b")
 	}
-	eventually(t, "x1 to see the update and the removal", func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		_, hasB := x1.Lookup("ns1", "m/llama/b")
 		return lookupEq(x1, a2) && !hasB && x1.Len() == 3
-	})
+	}, "x1 to see the update and the removal")
 	for _, x := range []*Index{x1, x2} {
 		if got := extentPaths(x, 1); got != "" {
 			t.Errorf("ByExtent(1) after move and removal = %s", got)
@@ -150,8 +151,8 @@ func TestIndexPropagation(t *testing.T) {
 	if err := kv1.Purge(ctx, FileKey("ns2", "m/c")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "x2 to see the removal and the purge", func() bool { return x2.Len() == 1 })
-	eventually(t, "x1 to see the purge", func() bool { return x1.Len() == 1 })
+	testenv.Eventually(t, 15*time.Second, func() bool { return x2.Len() == 1 }, "x2 to see the removal and the purge")
+	testenv.Eventually(t, 15*time.Second, func() bool { return x1.Len() == 1 }, "x1 to see the purge")
 	for _, x := range []*Index{x1, x2} {
 		if x.HasDir("ns1", "m") || x.HasDir("ns1", "m/llama") || x.HasDir("ns2", "") || !x.HasDir("ns1", "") {
 			t.Error("directories not released")
@@ -229,7 +230,7 @@ func TestIndexMalformed(t *testing.T) {
 	if _, err := kv.Put(ctx, FileKey("ns", "late"), mustEntry(t, late)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the late entry", func() bool { return lookupEq(x, late) })
+	testenv.Eventually(t, 15*time.Second, func() bool { return lookupEq(x, late) }, "the late entry")
 	if _, ok := x.Lookup("ns", "dir/victim"); ok || x.Len() != 2 || !lookupEq(x, good) {
 		t.Fatalf("after garbage updates: Len %d", x.Len())
 	}
@@ -276,7 +277,7 @@ func TestIndexRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "x2 to see the first entries", func() bool { return x2.Len() == 2 })
+	testenv.Eventually(t, 15*time.Second, func() bool { return x2.Len() == 2 }, "x2 to see the first entries")
 
 	emb.Shutdown()
 	if !lookupEq(x2, before) { // the cache serves while the bus is down
@@ -288,21 +289,21 @@ func TestIndexRestart(t *testing.T) {
 	retry := func(what string, f func(context.Context) error) {
 		t.Helper()
 		var err error
-		eventually(t, what, func() bool {
+		testenv.Eventually(t, 15*time.Second, func() bool {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			err = f(cctx)
 			return err == nil
-		})
+		}, "%s", what)
 	}
 	t0 := time.Now()
 	retry("publish after restart", func(c context.Context) error { return x1.Publish(c, after) })
 	retry("remove after restart", func(c context.Context) error { return x1.Remove(c, "ns", "gone") })
 	t.Logf("publish and remove took %v after the restart", time.Since(t0))
-	eventually(t, "x2 to see updates after the restart", func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		_, hasGone := x2.Lookup("ns", "gone")
 		return lookupEq(x2, after) && !hasGone && x2.Len() == 2
-	})
+	}, "x2 to see updates after the restart")
 	t.Logf("x2 caught up %v after the restart", time.Since(t0))
 	if !x2.HasDir("ns", "sub") || extentPaths(x2, 2) != "ns:sub/after" || extentPaths(x2, 1) != "ns:before" {
 		t.Fatalf("secondary maps after restart: %v %q %q", x2.HasDir("ns", "sub"), extentPaths(x2, 2), extentPaths(x2, 1))

@@ -4,9 +4,10 @@
 // set), where it fails instead, so that a missing tool can never pass as
 // a silent skip.
 //
-// Skips that are not about the machine (a test that is only a child
-// process of another, a benchmark that must be asked for, -short) keep
-// using t.Skip.
+// Skips that are not about the machine (a benchmark or soak that must be
+// asked for, -short) keep using t.Skip. A child process of a test is not
+// a test at all: see package internal/testchild. Eventually and Poll are
+// the one way a test waits for a condition.
 package testenv
 
 import (

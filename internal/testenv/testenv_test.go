@@ -2,8 +2,9 @@ package testenv
 
 import (
 	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/internal/testchild"
 )
 
 // TestStrictFails: under CTXMEM_REQUIRE_TOOLS=1 a missing tool fails the
@@ -15,8 +16,7 @@ func TestStrictFails(t *testing.T) {
 		return
 	}
 	for _, strict := range []string{"0", "1"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStrictFails$", "-test.v")
-		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", StrictEnv+"="+strict)
+		cmd := testchild.Tests("^TestStrictFails$", "TESTENV_CHILD=1", StrictEnv+"="+strict)
 		out, err := cmd.CombinedOutput()
 		failed := err != nil
 		if failed != (strict == "1") {

@@ -14,9 +14,12 @@
 #   of it (to null:).
 # Prints IOPS or MiB/s per server and the ratio ctxmemd/nbdkit.
 #
-# ctxmemd runs as nbd/cmd/nbdserve (a tiering store with G2 = G2 bytes of
-# DRAM and G3 segments under a temporary directory) until `ctxmemd run
-# --nbd` exists. Extra nbdserve flags: NBDSERVE_ARGS. A CPU profile of the
+# ctxmemd runs as cmd/nbdserve: the NBD server over a tiering store with
+# G2 = G2 bytes of DRAM and G3 segments under a temporary directory, and
+# nothing else. `ctxmemd run --nbd` serves the same export but also mounts
+# the FUSE file system (root, /dev/fuse) and runs the whole daemon; the
+# benchmark wants the NBD path alone, without root, and a CPU profile of
+# it. Extra nbdserve flags: NBDSERVE_ARGS. A CPU profile of the
 # ctxmemd server: PROFILE=/path/cpu.pprof.
 # Needs: go, fio, nbdkit, libnbd-bin (nbdcopy), python3.
 set -euo pipefail
@@ -49,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "building nbdserve..." >&2
-(cd "$ROOT" && go build -o "$WORK/nbdserve" ./nbd/cmd/nbdserve)
+(cd "$ROOT" && go build -o "$WORK/nbdserve" ./cmd/nbdserve)
 
 CTX_SOCK=$WORK/ctxmemd.sock
 KIT_SOCK=$WORK/nbdkit.sock

@@ -12,7 +12,7 @@
 #      daemon's peak RSS against its G2 budget.
 #   5. NBD against nbdkit memory (nbd/bench/nbd_bench.sh).
 #   6. G4 on S3 against a bare minio-go loop (needs versitygw).
-#   7. Control plane (sidecar/bench): one scheduler and 64 simulated hosts
+#   7. Control plane (cmd/ctxmem-controlplane-bench): one scheduler and 64 simulated hosts
 #      on a real NATS server (reports, commands and acks per second, CPU of
 #      scheduler, server and hosts), and the CPU of one report on a host
 #      tracking 1,000,000 files (goal: < 2 % of a core at a 1 s interval).
@@ -121,8 +121,8 @@ if want s3; then
 fi
 
 if want cp; then
-	section "Control plane: scheduler under 64 hosts, report cost at 1M files (sidecar/bench)"
-	PATH="$(go env GOPATH)/bin:$PATH" locked go run ./sidecar/bench -intervals "${CP_INTERVALS:-1s,200ms,50ms}"
+	section "Control plane: scheduler under 64 hosts, report cost at 1M files (cmd/ctxmem-controlplane-bench)"
+	PATH="$(go env GOPATH)/bin:$PATH" locked go run ./cmd/ctxmem-controlplane-bench -intervals "${CP_INTERVALS:-1s,200ms,50ms}"
 fi
 
 if want pool; then

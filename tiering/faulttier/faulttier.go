@@ -243,12 +243,12 @@ func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
 	return t.Tier.Delete(ctx, k)
 }
 
-// Stat implements tier.Tier (a stall uses a background context).
-func (t *Tier) Stat(k tier.Key) (int64, error) {
-	if err := apply(context.Background(), Stat, k, t.pick(Stat, k)); err != nil {
+// Stat implements tier.Tier.
+func (t *Tier) Stat(ctx context.Context, k tier.Key) (int64, error) {
+	if err := apply(ctx, Stat, k, t.pick(Stat, k)); err != nil {
 		return 0, err
 	}
-	return t.Tier.Stat(k)
+	return t.Tier.Stat(ctx, k)
 }
 
 // Sync forwards to the wrapped tier when it can sync (G3).

@@ -66,7 +66,7 @@ func TestCompactionKeepsLiveBlocks(t *testing.T) {
 			}
 		}
 		for _, key := range deleted {
-			if _, err := s.Stat(key); !errors.Is(err, tier.ErrNotFound) {
+			if _, err := s.Stat(context.Background(), key); !errors.Is(err, tier.ErrNotFound) {
 				t.Fatalf("%s: deleted block %v: %v, want not found", when, key, err)
 			}
 		}

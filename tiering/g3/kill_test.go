@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ctxmem/ctxmemd/internal/testchild"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 	"github.com/ctxmem/ctxmemd/tiering/tiertest"
 )
@@ -36,15 +37,13 @@ func killKey(i int) tier.Key {
 }
 func killLen(i int) int { return 1 + (i*7919)%(160*kib) }
 
-// TestKillChild is the child half of TestKill9: with G3_KILL_DIR set it
-// writes blocks from several goroutines forever, printing "put i" after
-// each acknowledged Put, "deleting i" before a Delete, "del i" after it
-// is acknowledged, and "evicting i" when reclaim is about to drop block i.
-func TestKillChild(t *testing.T) {
+// killChild is the child half of TestKill9 (role "kill", see TestMain):
+// it writes blocks to the store in $G3_KILL_DIR from several goroutines
+// forever, printing "put i" after each acknowledged Put, "deleting i"
+// before a Delete, "del i" after it is acknowledged, and "evicting i"
+// when reclaim is about to drop block i.
+func killChild(testing.TB) {
 	dir := os.Getenv(killDirEnv)
-	if dir == "" {
-		t.Skip("child of TestKill9 only")
-	}
 	start, _ := strconv.Atoi(os.Getenv(killStartEnv))
 	var mu sync.Mutex
 	say := func(format string, a ...any) {
@@ -95,28 +94,17 @@ func TestKillChild(t *testing.T) {
 // Several rounds, alternating O_DIRECT and buffered I/O, so recovered
 // (repaired) segments get sealed and rescanned.
 func TestKill9(t *testing.T) {
-	if os.Getenv(killDirEnv) != "" {
-		t.Skip("parent only")
-	}
 	dir := t.TempDir()
 	acked := map[int]bool{}  // i → stored (true) / deleted (false)
 	started := map[int]int{} // round in which i may have been written
 	next := 0
 	for round := range 4 {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killStartEnv+"="+strconv.Itoa(next))
+		env := []string{killDirEnv + "=" + dir, killStartEnv + "=" + strconv.Itoa(next)}
 		if round%2 == 1 {
-			cmd.Env = append(cmd.Env, killBufferedEnv+"=1")
+			env = append(env, killBufferedEnv+"=1")
 		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
+		child := testchild.Start(t, "kill", env...)
+		sc := bufio.NewScanner(child.Stdout)
 		killAt := 150 + 80*round
 		n, maxI, killed := 0, next, false
 		for sc.Scan() {
@@ -141,13 +129,11 @@ func TestKill9(t *testing.T) {
 			maxI = max(maxI, i)
 			n++
 			if n == killAt && !killed {
-				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
+				child.Kill()
 				killed = true
 			}
 		}
-		err = cmd.Wait()
+		err := child.Wait()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("round %d: child ended with %v, want killed by SIGKILL", round, err)
@@ -180,7 +166,7 @@ func checkKilled(t *testing.T, dir string, acked map[int]bool, started map[int]i
 		}
 	}
 	// Whatever else is there (writes in flight at the kill) is exact.
-	err = s.Range(func(key tier.Key, n int64) bool {
+	err = s.Range(context.Background(), func(key tier.Key, n int64) bool {
 		i := int(key.Object)*16 + int(key.Index)
 		if _, ok := started[i]; !ok || key.Namespace != "kill" || n != int64(killLen(i)) {
 			t.Errorf("round %d: unexpected block %v (%d bytes)", round, key, n)

@@ -297,7 +297,7 @@ func TestENOSPC(t *testing.T) {
 	}
 	mustRead(t, s2, last, tiertest.Pattern(last, 64*kib, 0))
 	listed := 0
-	if err := s2.Range(func(key tier.Key, n int64) bool {
+	if err := s2.Range(ctx, func(key tier.Key, n int64) bool {
 		listed++
 		mustRead(t, s2, key, tiertest.Pattern(key, int(n), 0))
 		return true

@@ -618,8 +618,9 @@ func (s *Store) corrupt(k tier.Key, e entry, why string) (int, error) {
 	return 0, fmt.Errorf("g3: get %v: %s: %w", k, why, tier.ErrCorrupt)
 }
 
-// Stat returns the length in bytes of block k or tier.ErrNotFound.
-func (s *Store) Stat(k tier.Key) (int64, error) {
+// Stat returns the length in bytes of block k or tier.ErrNotFound, from
+// the in-memory index (ctx is not consulted: nothing blocks).
+func (s *Store) Stat(_ context.Context, k tier.Key) (int64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -632,9 +633,10 @@ func (s *Store) Stat(k tier.Key) (int64, error) {
 	return int64(e.plen), nil
 }
 
-// Range calls fn for every live block (in no order) until fn returns false.
-// It walks a snapshot taken at the call, so fn may call the store.
-func (s *Store) Range(fn func(k tier.Key, length int64) bool) error {
+// Range calls fn for every live block (in no order) until fn returns false
+// or ctx is done (then it returns ctx.Err()). It walks a snapshot taken at
+// the call, so fn may call the store.
+func (s *Store) Range(ctx context.Context, fn func(k tier.Key, length int64) bool) error {
 	type kl struct {
 		k tier.Key
 		n int64
@@ -652,6 +654,9 @@ func (s *Store) Range(fn func(k tier.Key, length int64) bool) error {
 	}
 	s.mu.RUnlock()
 	for _, x := range snap {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !fn(x.k, x.n) {
 			break
 		}

@@ -137,7 +137,7 @@ func TestDeleteOfQuarantinedKeyIsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openT(t, Options{Dir: dir})
-	if _, err := s.Stat(bad); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := s.Stat(ctx, bad); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("deleted quarantined key after a restart: Stat = %v, want ErrNotFound", err)
 	}
 	mustRead(t, s, k(100, 0), tiertest.Pattern(k(100, 0), 32*kib, 0))

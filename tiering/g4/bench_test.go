@@ -1,6 +1,7 @@
 package g4_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,7 +22,7 @@ func BenchmarkG4(b *testing.B) {
 	const keys = 16
 	for _, size := range []int{256 << 10, 8 << 20} {
 		dir := b.TempDir()
-		tr, err := g4.NewTier(newLocal(b, dir), g4.TierOptions{MaxBlockSize: 8 << 20})
+		tr, err := g4.NewTier(context.Background(), newLocal(b, dir), g4.TierOptions{MaxBlockSize: 8 << 20})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -202,7 +202,7 @@ func TestEvictKeepsRestoredBlock(t *testing.T) {
 	}
 	past := time.Now().Add(-time.Hour)
 	must(t, os.Chtimes(blockPath(t, dir, k0), past, past))
-	must(t, tr.Range(func(tier.Key, int64) bool { return true })) // index learns the ModTimes
+	must(t, tr.Range(context.Background(), func(tier.Key, int64) bool { return true })) // index learns the ModTimes
 	// Before the Head of k0, the oldest, another writer stores k0 anew (a
 	// copy of the object, fresh ModTime).
 	hook.name = tr.ObjectName(k0)
@@ -243,11 +243,11 @@ func TestWatermarkOptions(t *testing.T) {
 		{HighWatermark: 0.5, LowWatermark: 0.5}, {HighWatermark: 1.1}, {LowWatermark: 0.96},
 		{HighWatermark: 0.9, LowWatermark: -0.1},
 	} {
-		if _, err := g4.NewTier(l, o); err == nil {
+		if _, err := g4.NewTier(context.Background(), l, o); err == nil {
 			t.Errorf("NewTier accepted watermarks high %g low %g", o.HighWatermark, o.LowWatermark)
 		}
 	}
-	if _, err := g4.NewTier(l, g4.TierOptions{HighWatermark: 1, LowWatermark: 0.9}); err != nil {
+	if _, err := g4.NewTier(context.Background(), l, g4.TierOptions{HighWatermark: 1, LowWatermark: 0.9}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -366,7 +366,7 @@ func TestEvictConcurrent(t *testing.T) {
 		t.Fatalf("usage over capacity %d times", over.Load())
 	}
 	for _, k := range keep {
-		if n, err := tr.Stat(k); err != nil || n != bsz {
+		if n, err := tr.Stat(bg, k); err != nil || n != bsz {
 			t.Fatalf("retained %v: %d, %v", k, n, err)
 		}
 	}
@@ -376,7 +376,7 @@ func TestEvictConcurrent(t *testing.T) {
 		t.Fatalf("evicted %d + %d blocks left != %d stored", tr.Evicted(), u.Blocks, stored)
 	}
 	p := make([]byte, bsz)
-	err := tr.Range(func(k tier.Key, n int64) bool {
+	err := tr.Range(bg, func(k tier.Key, n int64) bool {
 		got, err := get(tr, k, p, 0)
 		if err != nil || got != bsz || string(p) != string(tiertest.Pattern(k, bsz, 0)) {
 			t.Errorf("%v: %d bytes, %v", k, got, err)

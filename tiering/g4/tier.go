@@ -128,12 +128,12 @@ var (
 )
 
 // NewTier opens a G4 tier over store and builds its index by listing the
-// store under opts.Prefix (bounded by opts.OpenTimeout). It fails if the
+// store under opts.Prefix (bounded by ctx and opts.OpenTimeout). It fails if the
 // options are invalid or the listing fails (an error wrapping
 // tier.ErrUnavailable when the backend does not answer), unless
 // opts.OpenUnlisted lets it start unlisted on a backend that does not
 // answer (see TierOptions.OpenUnlisted and Listed).
-func NewTier(store ObjectStore, opts TierOptions) (*Tier, error) {
+func NewTier(ctx context.Context, store ObjectStore, opts TierOptions) (*Tier, error) {
 	if store == nil {
 		return nil, errors.New("g4: nil store")
 	}
@@ -175,7 +175,7 @@ func NewTier(store ObjectStore, opts TierOptions) (*Tier, error) {
 	}
 	t := &Tier{store: store, opts: opts, idx: newIndex(), wake: make(chan struct{}, 1),
 		high: int64(math.Round(opts.HighWatermark * float64(opts.Capacity)))}
-	if _, err := t.refreshWithin(context.Background(), opts.OpenTimeout); err != nil {
+	if _, err := t.refreshWithin(ctx, opts.OpenTimeout); err != nil {
 		if opts.OpenUnlisted && errors.Is(err, tier.ErrUnavailable) {
 			return t, nil
 		}
@@ -449,8 +449,9 @@ func (t *Tier) quarantine(ctx context.Context, k tier.Key, cause error) {
 	}
 }
 
-// Stat implements tier.Tier.Stat from the index (no backend call).
-func (t *Tier) Stat(k tier.Key) (int64, error) {
+// Stat implements tier.Tier.Stat from the index (no backend call, so ctx
+// is not consulted).
+func (t *Tier) Stat(_ context.Context, k tier.Key) (int64, error) {
 	if t.closed.Load() {
 		return 0, fmt.Errorf("g4 stat %v: %w", k, tier.ErrClosed)
 	}
@@ -478,14 +479,14 @@ func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
 }
 
 // Range implements tier.Tier.Range: it lists the store under the prefix
-// (bounded by ListTimeout), refreshes the index from the listing, and calls
-// fn for every indexed block. Objects whose names do not parse as block
-// names are ignored.
-func (t *Tier) Range(fn func(k tier.Key, length int64) bool) error {
+// (bounded by ctx and ListTimeout), refreshes the index from the listing,
+// and calls fn for every indexed block. Objects whose names do not parse
+// as block names are ignored.
+func (t *Tier) Range(ctx context.Context, fn func(k tier.Key, length int64) bool) error {
 	if t.closed.Load() {
 		return fmt.Errorf("g4 range: %w", tier.ErrClosed)
 	}
-	snap, err := t.refresh(context.Background())
+	snap, err := t.refresh(ctx)
 	if err != nil {
 		return err
 	}

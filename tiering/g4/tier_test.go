@@ -18,7 +18,7 @@ import (
 
 func openTier(t testing.TB, store g4.ObjectStore, opts g4.TierOptions) *g4.Tier {
 	t.Helper()
-	tr, err := g4.NewTier(store, opts)
+	tr, err := g4.NewTier(context.Background(), store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func blockPath(t testing.TB, dir string, k tier.Key) string {
 func TestConformance(t *testing.T) {
 	tiertest.Run(t, tiertest.Harness{
 		Open: func(t *testing.T, dir string) tier.Tier {
-			tr, err := g4.NewTier(newLocal(t, dir), g4.TierOptions{})
+			tr, err := g4.NewTier(context.Background(), newLocal(t, dir), g4.TierOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 			return os.WriteFile(p, b, 0o600)
 		},
 		OpenSmall: func(t *testing.T, dir string) tier.Tier {
-			tr, err := g4.NewTier(newLocal(t, dir), g4.TierOptions{Capacity: 1 << 20})
+			tr, err := g4.NewTier(context.Background(), newLocal(t, dir), g4.TierOptions{Capacity: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func mustPutBlock(t testing.TB, tr tier.Tier, k tier.Key, data []byte) {
 func expectGone(t *testing.T, tr *g4.Tier, dir string, k tier.Key) {
 	t.Helper()
 	// Stat first: it must not take a Get miss to drop the index entry.
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(context.Background(), k); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Stat after quarantine = %v; want ErrNotFound", err)
 	}
 	if _, err := os.Stat(blockPath(t, dir, k)); !errors.Is(err, os.ErrNotExist) {
@@ -206,7 +206,7 @@ func TestOddNamespaces(t *testing.T) {
 	}
 	tr2 := openTier(t, newLocal(t, dir), g4.TierOptions{}) // index from listing
 	listed := map[tier.Key]int64{}
-	must(t, tr2.Range(func(k tier.Key, n int64) bool { listed[k] = n; return true }))
+	must(t, tr2.Range(context.Background(), func(k tier.Key, n int64) bool { listed[k] = n; return true }))
 	for i, k := range keys {
 		if listed[k] != int64(100+i) {
 			t.Errorf("Range: %q length %d; want %d", k.Namespace, listed[k], 100+i)
@@ -235,19 +235,19 @@ func TestRangeRefresh(t *testing.T) {
 	for _, junk := range []string{"blocks/README", "blocks/ns/zz/0000000000000001/00000001", "other/ns/0000000000000005/0000000000000001/00000000"} {
 		must(t, l.Put(bg, junk, strings.NewReader("junk"), 4, nil))
 	}
-	if _, err := b.Stat(k1); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := b.Stat(context.Background(), k1); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("b.Stat before Range = %v", err)
 	}
 	got := map[tier.Key]int64{}
-	must(t, b.Range(func(k tier.Key, n int64) bool { got[k] = n; return true }))
+	must(t, b.Range(context.Background(), func(k tier.Key, n int64) bool { got[k] = n; return true }))
 	if len(got) != 2 || got[k1] != 1000 || got[k2] != 2000 {
 		t.Fatalf("b.Range = %v", got)
 	}
-	if n, err := b.Stat(k2); err != nil || n != 2000 {
+	if n, err := b.Stat(context.Background(), k2); err != nil || n != 2000 {
 		t.Fatalf("b.Stat after Range = %d, %v", n, err)
 	}
 	must(t, a.Delete(bg, k1))
-	must(t, b.Range(func(tier.Key, int64) bool { return true }))
+	must(t, b.Range(context.Background(), func(tier.Key, int64) bool { return true }))
 	if u := b.Usage(); u.Blocks != 1 || u.UsedBytes != 2000 {
 		t.Fatalf("b.Usage after a's delete and Range = %+v", u)
 	}
@@ -301,14 +301,14 @@ func TestExpiry(t *testing.T) {
 	if n, err := s.SweepOnce(bg); err != nil || n != 1 {
 		t.Fatalf("sweep at now with TTL 72h = %d, %v; want 1 (the 80 h old block)", n, err)
 	}
-	if _, err := tr.Stat(old); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(context.Background(), old); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("expired block Stat = %v", err)
 	}
 	if _, err := get(tr, old, make([]byte, 10), 0); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("expired block Get = %v", err)
 	}
 	for _, k := range []tier.Key{fresh, retained} {
-		if n, err := tr.Stat(k); err != nil || n != 4096 {
+		if n, err := tr.Stat(context.Background(), k); err != nil || n != 4096 {
 			t.Fatalf("Stat(%v) after sweep = %d, %v", k, n, err)
 		}
 	}
@@ -437,14 +437,14 @@ func TestDeadBackend(t *testing.T) {
 	if err := tr.Delete(bg, k); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Delete on a dead backend = %v; want ErrUnavailable", err)
 	}
-	if err := tr.Range(func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
+	if err := tr.Range(context.Background(), func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Range on a dead backend = %v; want ErrUnavailable", err)
 	}
 	if _, err := tr.ExpireBefore(bg, time.Now()); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("ExpireBefore on a dead backend = %v; want ErrUnavailable", err)
 	}
 	// The index still answers, and nothing was lost or quarantined.
-	if n, err := tr.Stat(k); err != nil || n != 18 {
+	if n, err := tr.Stat(context.Background(), k); err != nil || n != 18 {
 		t.Fatalf("Stat during the outage = %d, %v", n, err)
 	}
 	if s := tr.Stats(); s.Unavailable != 5 || s.Quarantined != 0 {
@@ -476,10 +476,10 @@ func TestVanishedDirectory(t *testing.T) {
 	if _, err := get(tr, k, make([]byte, 10), 0); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Get = %v; want ErrUnavailable", err)
 	}
-	if err := tr.Range(func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
+	if err := tr.Range(context.Background(), func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Range = %v; want ErrUnavailable", err)
 	}
-	if _, err := g4.NewTier(l, g4.TierOptions{}); !errors.Is(err, tier.ErrUnavailable) {
+	if _, err := g4.NewTier(context.Background(), l, g4.TierOptions{}); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("NewTier = %v; want ErrUnavailable", err)
 	}
 }
@@ -487,7 +487,7 @@ func TestVanishedDirectory(t *testing.T) {
 func TestNewTierOptions(t *testing.T) {
 	l := newLocal(t, t.TempDir())
 	for _, p := range []string{"/abs", "a//b", "a/", "../x"} {
-		if _, err := g4.NewTier(l, g4.TierOptions{Prefix: p}); err == nil {
+		if _, err := g4.NewTier(context.Background(), l, g4.TierOptions{Prefix: p}); err == nil {
 			t.Errorf("NewTier(prefix %q) succeeded", p)
 		}
 	}
@@ -526,7 +526,7 @@ func TestMissRacingPut(t *testing.T) {
 	if _, err := get(tr, k, make([]byte, 10), 0); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Get = %v; want the staged miss", err)
 	}
-	if n, err := tr.Stat(k); err != nil || n != 5 {
+	if n, err := tr.Stat(context.Background(), k); err != nil || n != 5 {
 		t.Fatalf("a stale miss dropped the entry of a newer Put: Stat = %d, %v", n, err)
 	}
 }
@@ -543,11 +543,11 @@ func TestRangeRacingMutations(t *testing.T) {
 		mustPutBlock(t, tr, added, []byte("put after the listing"))
 	}
 	listed := map[tier.Key]bool{}
-	must(t, tr.Range(func(k tier.Key, _ int64) bool { listed[k] = true; return true }))
+	must(t, tr.Range(context.Background(), func(k tier.Key, _ int64) bool { listed[k] = true; return true }))
 	if listed[gone] || !listed[added] {
 		t.Fatalf("Range = %v; want %v and not %v", listed, added, gone)
 	}
-	if _, err := tr.Stat(gone); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(context.Background(), gone); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Stat(deleted) = %v", err)
 	}
 	if u := tr.Usage(); u.Blocks != 1 || u.UsedBytes != int64(len("put after the listing")) {

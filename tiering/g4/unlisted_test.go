@@ -34,7 +34,7 @@ func TestOpenUnlisted(t *testing.T) {
 	d := &deadStore{ObjectStore: l}
 	d.dead.Store(true)
 	opts := g4.TierOptions{Timeout: 20 * time.Millisecond, ListTimeout: 100 * time.Millisecond, OpenTimeout: 50 * time.Millisecond}
-	if _, err := g4.NewTier(d, opts); !errors.Is(err, tier.ErrUnavailable) {
+	if _, err := g4.NewTier(context.Background(), d, opts); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("NewTier on a dead backend without OpenUnlisted = %v; want ErrUnavailable", err)
 	}
 	opts.OpenUnlisted = true
@@ -46,13 +46,13 @@ func TestOpenUnlisted(t *testing.T) {
 	if tr.Listed() || tr.Healthy() {
 		t.Fatalf("unlisted tier: Listed %v Healthy %v; want both false", tr.Listed(), tr.Healthy())
 	}
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+	if _, err := tr.Stat(context.Background(), k); !errors.Is(err, tier.ErrNotFound) {
 		t.Fatalf("Stat before any listing = %v; want ErrNotFound (the index is empty)", err)
 	}
 	if _, err := get(tr, k, make([]byte, 64), 0); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Get during the outage = %v; want ErrUnavailable", err)
 	}
-	if err := tr.Range(func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
+	if err := tr.Range(context.Background(), func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("Range during the outage = %v; want ErrUnavailable", err)
 	}
 	if tr.Listed() {
@@ -68,7 +68,7 @@ func TestOpenUnlisted(t *testing.T) {
 		t.Fatal("a Get made the tier listed: only a whole listing may")
 	}
 	var seen []tier.Key
-	if err := tr.Range(func(k tier.Key, _ int64) bool { seen = append(seen, k); return true }); err != nil {
+	if err := tr.Range(context.Background(), func(k tier.Key, _ int64) bool { seen = append(seen, k); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) != 1 || seen[0] != k {
@@ -77,12 +77,12 @@ func TestOpenUnlisted(t *testing.T) {
 	if !tr.Listed() || !tr.Healthy() {
 		t.Fatalf("after a Range: Listed %v Healthy %v; want both true", tr.Listed(), tr.Healthy())
 	}
-	if n, err := tr.Stat(k); err != nil || n != int64(len("stored before the outage")) {
+	if n, err := tr.Stat(context.Background(), k); err != nil || n != int64(len("stored before the outage")) {
 		t.Fatalf("Stat after the listing = %d, %v", n, err)
 	}
 
 	// A refusal is not an outage: NewTier fails even with OpenUnlisted.
-	if _, err := g4.NewTier(&refusingStore{l}, g4.TierOptions{OpenUnlisted: true}); !errors.Is(err, errRefused) || errors.Is(err, tier.ErrUnavailable) {
+	if _, err := g4.NewTier(context.Background(), &refusingStore{l}, g4.TierOptions{OpenUnlisted: true}); !errors.Is(err, errRefused) || errors.Is(err, tier.ErrUnavailable) {
 		t.Fatalf("NewTier on a refusing backend = %v; want the refusal, not ErrUnavailable", err)
 	}
 }

@@ -62,13 +62,16 @@ type Tier interface {
 	// quarantined). Implementations verify the checksum of every byte they
 	// return.
 	Get(ctx context.Context, k Key, p []byte, off int64) (int, error)
-	// Stat returns the length in bytes of block k, or ErrNotFound.
-	Stat(k Key) (int64, error)
+	// Stat returns the length in bytes of block k, or ErrNotFound. A tier
+	// that has to ask its backend gives up when ctx is done.
+	Stat(ctx context.Context, k Key) (int64, error)
 	// Delete forgets block k; deleting a missing key is not an error.
 	Delete(ctx context.Context, k Key) error
 	// Range calls fn for every block the tier holds (in no order) until fn
-	// returns false. It is how the core rebuilds its index at start.
-	Range(fn func(k Key, length int64) bool) error
+	// returns false. It is how the core rebuilds its index at start. A
+	// tier that lists its backend gives up when ctx is done (returning an
+	// error that wraps ctx.Err()).
+	Range(ctx context.Context, fn func(k Key, length int64) bool) error
 	// Usage reports current occupancy.
 	Usage() Usage
 	// Close releases the tier's resources; the tier's contents persist.

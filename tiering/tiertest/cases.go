@@ -35,6 +35,7 @@ func testPutGet(t *testing.T, h Harness) {
 }
 
 func testLengths(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	lengths := []int{1, 2, 511, 512, 4095, 4096, 4097, 8191, 12345, 64 * kib,
 		256*kib - 1, 256 * kib, 256*kib + 1, 1<<20 + 3, tier.MaxBlockSize - 1, tier.MaxBlockSize}
@@ -45,7 +46,7 @@ func testLengths(t *testing.T, h Harness) {
 	for i, n := range lengths {
 		k := key(2, uint32(i), 1)
 		checkBlock(t, tr, k, Pattern(k, n, 0))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Errorf("Stat(%v) = %d, %v; want %d", k, got, err, n)
 		}
 	}
@@ -126,12 +127,13 @@ func testShortLastBlock(t *testing.T, h Harness) {
 }
 
 func testOverwrite(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	k := key(7, 0, 1)
 	for v, n := range []int{10000, 5000, 300 * kib, 4096, 1} {
 		mustPut(t, tr, k, Pattern(k, n, uint64(v)))
 		checkBlock(t, tr, k, Pattern(k, n, uint64(v)))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Fatalf("Stat after overwrite %d = %d, %v; want %d", v, got, err, n)
 		}
 	}
@@ -189,14 +191,15 @@ func testDelete(t *testing.T, h Harness) {
 }
 
 func testStat(t *testing.T, h Harness) {
+	ctx := context.Background()
 	tr, _ := open(t, h)
 	for i, n := range []int{1, 4096, 4097, 256 * kib} {
 		k := key(11, uint32(i), 1)
-		if _, err := tr.Stat(k); !errors.Is(err, tier.ErrNotFound) {
+		if _, err := tr.Stat(ctx, k); !errors.Is(err, tier.ErrNotFound) {
 			t.Fatalf("Stat before Put = %v; want ErrNotFound", err)
 		}
 		mustPut(t, tr, k, Pattern(k, n, 0))
-		if got, err := tr.Stat(k); err != nil || got != int64(n) {
+		if got, err := tr.Stat(ctx, k); err != nil || got != int64(n) {
 			t.Fatalf("Stat(%v) = %d, %v; want %d", k, got, err, n)
 		}
 	}
@@ -238,7 +241,7 @@ func testRangeList(t *testing.T, h Harness) {
 	}
 	// fn returning false stops the walk.
 	calls := 0
-	if err := tr.Range(func(tier.Key, int64) bool { calls++; return false }); err != nil {
+	if err := tr.Range(ctx, func(tier.Key, int64) bool { calls++; return false }); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 {
@@ -353,11 +356,21 @@ func testCapacity(t *testing.T, h Harness) {
 		}
 		return
 	}
-	// A full tier takes blocks again once some are deleted.
+	// A full tier takes blocks again once some are deleted (unless its
+	// deletes free no space: then they are only gone).
 	for _, k := range acked[:4] {
 		if err := tr.Delete(ctx, k); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if h.DeleteKeepsSpace {
+		for _, k := range acked[:4] {
+			expectNotFound(t, tr, k)
+		}
+		if u := tr.Usage(); u.Blocks != int64(present-4) || u.UsedBytes != int64(present-4)*bsz {
+			t.Errorf("Usage after 4 deletes = %+v; want %d blocks", u, present-4)
+		}
+		return
 	}
 	k := key(13, uint32(total+1), 1)
 	mustPut(t, tr, k, Pattern(k, bsz, 0))
@@ -426,6 +439,10 @@ func testRestart(t *testing.T, h Harness) {
 	if err := tr.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	if h.MemoryOnly {
+		testRestartEmpty(t, h, dir, want)
+		return
+	}
 	for round := range 2 {
 		tr = h.Open(t, dir)
 		for k, d := range want {
@@ -449,6 +466,28 @@ func testRestart(t *testing.T, h Harness) {
 		if err := tr.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
+	}
+}
+
+// testRestartEmpty is the Restart case of a MemoryOnly tier: reopened,
+// it holds none of the blocks written before, lists nothing, uses
+// nothing, and stores and reads blocks again.
+func testRestartEmpty(t *testing.T, h Harness, dir string, before map[tier.Key][]byte) {
+	tr := h.Open(t, dir)
+	t.Cleanup(func() { _ = tr.Close() })
+	for k := range before {
+		expectNotFound(t, tr, k)
+	}
+	if l := list(t, tr); len(l) != 0 {
+		t.Fatalf("Range after reopen lists %d blocks of a memory-only tier", len(l))
+	}
+	if u := tr.Usage(); u.Blocks != 0 || u.UsedBytes != 0 {
+		t.Fatalf("Usage after reopen = %+v; want empty", u)
+	}
+	for i := range 3 {
+		k := key(17, uint32(i), 1)
+		mustPut(t, tr, k, Pattern(k, 12345, 0))
+		checkBlock(t, tr, k, Pattern(k, 12345, 0))
 	}
 }
 
@@ -585,13 +624,13 @@ func testClosed(t *testing.T, h Harness) {
 	if n, err := tr.Get(ctx, k, make([]byte, 10), 0); !errors.Is(err, tier.ErrClosed) || n != 0 {
 		t.Errorf("Get after Close = %d, %v; want ErrClosed", n, err)
 	}
-	if _, err := tr.Stat(k); !errors.Is(err, tier.ErrClosed) {
+	if _, err := tr.Stat(ctx, k); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Stat after Close = %v; want ErrClosed", err)
 	}
 	if err := tr.Delete(ctx, k); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Delete after Close = %v; want ErrClosed", err)
 	}
-	if err := tr.Range(func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrClosed) {
+	if err := tr.Range(ctx, func(tier.Key, int64) bool { return true }); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("Range after Close = %v; want ErrClosed", err)
 	}
 	_ = tr.Close() // a second Close must not panic (nil or ErrClosed)

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/ctxmem/ctxmemd/internal/testchild"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -121,7 +121,7 @@ func (r *refTier) Get(_ context.Context, k tier.Key, p []byte, off int64) (int, 
 	return n, nil
 }
 
-func (r *refTier) Stat(k tier.Key) (int64, error) {
+func (r *refTier) Stat(ctx context.Context, k tier.Key) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -150,7 +150,7 @@ func (r *refTier) Delete(_ context.Context, k tier.Key) error {
 	return nil
 }
 
-func (r *refTier) Range(fn func(tier.Key, int64) bool) error {
+func (r *refTier) Range(ctx context.Context, fn func(tier.Key, int64) bool) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -213,9 +213,6 @@ func TestReference(t *testing.T) {
 // TestSuiteCatchesMutants re-runs this test binary against broken variants
 // of the reference tier and checks that the named subtest fails.
 func TestSuiteCatchesMutants(t *testing.T) {
-	if os.Getenv("TIERTEST_MUTANT") != "" {
-		t.Skip("child")
-	}
 	for mutant, sub := range map[string]string{
 		"offbyone":  "RangeReads",
 		"nodelete":  "Delete",
@@ -224,8 +221,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		"flipstore": "PutGet",
 	} {
 		t.Run(mutant, func(t *testing.T) {
-			cmd := testCommand(t, "^TestReference$/^"+sub+"$")
-			cmd.Env = append(os.Environ(), "TIERTEST_MUTANT="+mutant)
+			cmd := testchild.Tests("^TestReference$/^"+sub+"$", "TIERTEST_MUTANT="+mutant)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
 				t.Fatalf("suite passed against mutant %q:\n%s", mutant, out)
@@ -235,9 +231,4 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			}
 		})
 	}
-}
-
-func testCommand(t *testing.T, run string) *exec.Cmd {
-	t.Helper()
-	return exec.Command(os.Args[0], "-test.run", run, "-test.count=1", "-test.v")
 }

@@ -2,6 +2,7 @@ package s3_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -41,7 +42,7 @@ func benchData(n int) []byte {
 func BenchmarkThroughput(b *testing.B) {
 	srv := s3test.StartServer(b)
 	store := newStore(b, serverOptions(srv, "bench"))
-	tr, err := g4.NewTier(store, g4.TierOptions{MaxBlockSize: 8 << 20})
+	tr, err := g4.NewTier(context.Background(), store, g4.TierOptions{MaxBlockSize: 8 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func BenchmarkRestoreLayouts(b *testing.B) {
 	var layouts []layout
 	tierLayout := func(name string, block int, par int) {
 		store := newStore(b, serverOptions(srv, "layout/"+name))
-		tr, err := g4.NewTier(store, g4.TierOptions{MaxBlockSize: max(block, tier.MaxBlockSize)})
+		tr, err := g4.NewTier(context.Background(), store, g4.TierOptions{MaxBlockSize: max(block, tier.MaxBlockSize)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -85,7 +85,7 @@ func outageCalls(s *s3.Store, tr *g4.Tier, k tier.Key) []struct {
 func TestOutageKilled(t *testing.T) {
 	srv := s3test.StartServer(t)
 	s := newStore(t, serverOptions(srv, "out")) // default Timeout 2 s, 2 retries
-	tr, err := g4.NewTier(s, g4.TierOptions{Prefix: "blocks"})
+	tr, err := g4.NewTier(context.Background(), s, g4.TierOptions{Prefix: "blocks"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestOutageHung(t *testing.T) {
 	opts := serverOptions(srv, "hung")
 	opts.Timeout, opts.Retries = 400*time.Millisecond, 1
 	s := newStore(t, opts)
-	tr, err := g4.NewTier(s, g4.TierOptions{Timeout: time.Second})
+	tr, err := g4.NewTier(context.Background(), s, g4.TierOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package s3_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -26,7 +27,7 @@ func dirPrefix(dir string) string {
 // openTier opens a G4 tier over a new S3 store with prefix on srv.
 func openTier(t testing.TB, srv *s3test.Server, prefix string, topts g4.TierOptions) *g4.Tier {
 	t.Helper()
-	tr, err := g4.NewTier(newStore(t, serverOptions(srv, prefix)), topts)
+	tr, err := g4.NewTier(context.Background(), newStore(t, serverOptions(srv, prefix)), topts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestTierConformance(t *testing.T) {
 	srv := s3test.StartServer(t)
 	open := func(capacity int64) func(t *testing.T, dir string) tier.Tier {
 		return func(t *testing.T, dir string) tier.Tier {
-			tr, err := g4.NewTier(newStore(t, serverOptions(srv, dirPrefix(dir))), g4.TierOptions{Capacity: capacity})
+			tr, err := g4.NewTier(context.Background(), newStore(t, serverOptions(srv, dirPrefix(dir))), g4.TierOptions{Capacity: capacity})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +117,7 @@ func TestTierAwkwardNamespaces(t *testing.T) {
 	}
 	tr2 := openTier(t, srv, "ns", g4.TierOptions{})
 	got := map[tier.Key]int64{}
-	if err := tr2.Range(func(k tier.Key, n int64) bool { got[k] = n; return true }); err != nil {
+	if err := tr2.Range(context.Background(), func(k tier.Key, n int64) bool { got[k] = n; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {

@@ -1,6 +1,9 @@
 // Command nbdserve serves one NBD export backed by a tiering store (G2 DRAM
 // plus a G3 segment directory) in a data directory, for benchmarks and
-// manual tests until `ctxmemd run --nbd` exists.
+// manual tests. Unlike `ctxmemd run --nbd` it needs no FUSE mount, root,
+// configuration file or control plane: only the NBD server over the
+// store, so a benchmark measures the NBD path alone, and it can write a
+// CPU profile (-cpuprofile).
 //
 //	nbdserve -listen unix:///tmp/ctx.sock -dir /tmp/ctxdata -size 1073741824
 //
@@ -94,7 +97,7 @@ func run() error {
 			log.Error("close store", "err", err)
 		}
 	}()
-	srv, err := nbd.NewServer(store, []nbd.Export{{Name: *name, Size: *size, BlockSize: *blockSize,
+	srv, err := nbd.NewServer(ctx, store, []nbd.Export{{Name: *name, Size: *size, BlockSize: *blockSize,
 		MinBlockSize: *minBlock, ReadOnly: *readOnly}}, nbd.Options{StateDir: *dir, Logger: log, Workers: *workers})
 	if err != nil {
 		return err

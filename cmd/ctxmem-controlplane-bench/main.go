@@ -1,4 +1,4 @@
-// Command bench measures ctxmemd's control plane (issue 5) and prints one
+// Command ctxmem-controlplane-bench measures ctxmemd's control plane (issue 5) and prints one
 // table:
 //
 //  1. Control loop under load: one scheduler replica against a real NATS
@@ -29,8 +29,8 @@
 //
 // Usage (make bench runs the first form):
 //
-//	go run ./sidecar/bench                       # full run (~3 min)
-//	go run ./sidecar/bench -hosts 4 -duration 3s -report-objects 20000
+//	go run ./cmd/ctxmem-controlplane-bench       # full run (~3 min)
+//	go run ./cmd/ctxmem-controlplane-bench -hosts 4 -duration 3s -report-objects 20000
 package main
 
 import (

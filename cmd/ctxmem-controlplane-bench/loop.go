@@ -160,7 +160,7 @@ func newSimHost(ctx context.Context, i int, dir, url string, iv time.Duration, l
 	if err != nil {
 		return nil, err
 	}
-	t4, err := g4.NewTier(objs, g4.TierOptions{})
+	t4, err := g4.NewTier(ctx, objs, g4.TierOptions{})
 	if err != nil {
 		return nil, err
 	}
