@@ -167,7 +167,7 @@ func TestNewServerBinding(t *testing.T) {
 	if err := saveState(dir, doc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewServer(st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil || !strings.Contains(err.Error(), "durability class cache") {
+	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil || !strings.Contains(err.Error(), "durability class cache") {
 		t.Fatalf("export bound to a cache-class object: %v", err)
 	}
 	// The object is gone (dropped by the store): a new, empty one.

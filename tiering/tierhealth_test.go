@@ -210,7 +210,7 @@ func TestCoreRetainsDeviceBlocksInG4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t4, err := g4.NewTier(local, g4.TierOptions{})
+	t4, err := g4.NewTier(ctx, local, g4.TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
