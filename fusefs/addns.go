@@ -1,11 +1,10 @@
 package fusefs
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ctxmem/ctxmemd/catalog"
 )
 
 // Errors of AddNamespace (test with errors.Is).
@@ -60,11 +59,8 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	if served {
 		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, ErrNamespaceExists)
 	}
-	var recorded bool
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		recorded = tx.Bucket(bucketNS).Get([]byte(ns.Name)) != nil
-		return nil
-	}); err != nil {
+	recorded, err := s.db.HasNamespace(ns.Name)
+	if err != nil {
 		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, err)
 	}
 	if recorded {
@@ -72,26 +68,18 @@ func (s *Server) AddNamespace(ns Namespace) error {
 			ns.Name, ErrNeedsRestart)
 	}
 
-	nsp := &namespace{cfg: ns}
+	nsp := newNamespace(ns)
 	ts := now()
 	t.mu.Lock()
 	n := &node{ino: t.allocIno(), kind: kindDir, ns: nsp, dir: newDirData(), atime: ts, mtime: ts, ctime: ts,
 		mode: ns.Mode, uid: ns.UID, gid: ns.GID}
 	t.mu.Unlock()
 	nsp.root = n
-	nsp.inodes.Add(1)
-	rec, err := json.Marshal(nsRecord{Ino: n.ino, Identity: ns.identity()})
-	if err != nil {
-		return err
-	}
+	nsp.AddInodes(1)
 	// Recorded (as reconcile records a namespace) before it is served, so
 	// that every logged change inside it comes after its record.
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketNS).Put([]byte(ns.Name), rec); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketNodes).Put(u64(n.ino), encodeNode(n))
-	})
+	err = s.db.Write(catalog.PutNamespace(ns.Name, catalog.NSRecord{Ino: n.ino, Identity: ns.identity()}),
+		catalog.PutNode(n))
 	if err == nil {
 		err = s.db.Sync()
 	}

@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -92,7 +93,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 // Fsync (fsyncdir) makes the whole tree durable in the tree database.
 func (d *dirNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	defer d.fsys.observe("fsync", time.Now())
-	if err := d.fsys.j.sync(); err != nil {
+	if err := d.fsys.j.Sync(); err != nil {
 		return syscall.EIO
 	}
 	return 0
@@ -151,7 +152,7 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 		return e, nil
 	}
 	n.ino = t.allocIno()
-	n.ns.inodes.Add(1)
+	n.ns.AddInodes(1)
 	if n.kind == kindFile {
 		t.byObj[n.obj] = n
 	}
@@ -163,8 +164,8 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 	ts := n.ctime
 	n.mu.Unlock()
 	touchTimes(d.n, ts)
-	d.fsys.j.touch(d.n)
-	return 0, d.fsys.j.apply(putNode(n), putDirent(d.n, name, n))
+	d.fsys.j.Touch(d.n)
+	return 0, d.fsys.j.Apply(catalog.PutNode(n), catalog.PutDirent(d.n.ino, name, n.ino))
 }
 
 // newFile creates a regular file called name (a nameless O_TMPFILE file
@@ -192,7 +193,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 	if name == "" {
 		f.t.mu.Lock()
 		n.ino = f.t.allocIno()
-		ns.inodes.Add(1)
+		ns.AddInodes(1)
 		f.t.byObj[id] = n
 		f.t.orphans[n] = struct{}{}
 		n.updateNlink()
@@ -331,8 +332,8 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 	n.mu.Lock()
 	n.ctime = ts
 	n.mu.Unlock()
-	f.j.touch(d.n)
-	err := f.j.apply(putNode(n), putDirent(d.n, name, n))
+	f.j.Touch(d.n)
+	err := f.j.Apply(catalog.PutNode(n), catalog.PutDirent(d.n.ino, name, n.ino))
 	t.mu.Unlock()
 	if n.kind == kindFile {
 		f.changed(n.obj)
@@ -346,12 +347,12 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 // dropName queues the removal of the last or another name of n after it
 // lost one; tree.mu held. Files without names become orphans, deleted at
 // FORGET (last close); symlinks and directories go at once.
-func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
+func (f *fsys) dropName(n *node, ts int64, ops []catalog.Op) []catalog.Op {
 	n.mu.Lock()
 	n.ctime = ts
 	n.mu.Unlock()
 	if len(n.links) > 0 {
-		f.j.touch(n)
+		f.j.Touch(n)
 		return ops
 	}
 	if n.kind == kindFile {
@@ -361,10 +362,10 @@ func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
 		n.mu.Unlock()
 	} else {
 		n.gone = true
-		n.ns.inodes.Add(-1)
+		n.ns.AddInodes(-1)
 		n.updateNlink()
 	}
-	return append(ops, delNode(n))
+	return append(ops, catalog.DelNode(n.ino))
 }
 
 // Unlink removes a name of a file or symlink. The file's object is deleted
@@ -390,9 +391,9 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	c.removeLink(d.n, name)
 	ts := now()
 	touchTimes(d.n, ts)
-	f.j.touch(d.n)
-	ops := f.dropName(c, ts, []op{delDirent(d.n, name)})
-	err := f.j.apply(ops...)
+	f.j.Touch(d.n)
+	ops := f.dropName(c, ts, []catalog.Op{catalog.DelDirent(d.n.ino, name)})
+	err := f.j.Apply(ops...)
 	t.mu.Unlock()
 	if c.kind == kindFile {
 		f.changed(c.obj)
@@ -425,13 +426,13 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	d.n.dir.remove(name)
 	c.removeLink(d.n, name)
 	c.gone = true
-	c.ns.inodes.Add(-1)
+	c.ns.AddInodes(-1)
 	c.updateNlink()
 	d.n.updateNlink()
 	ts := now()
 	touchTimes(d.n, ts)
-	f.j.touch(d.n)
-	err := f.j.apply(delDirent(d.n, name), delNode(c))
+	f.j.Touch(d.n)
+	err := f.j.Apply(catalog.DelDirent(d.n.ino, name), catalog.DelNode(c.ino))
 	t.mu.Unlock()
 	return logged(err)
 }
@@ -466,7 +467,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	ops, e := d.renameLocked(name, np.n, newName, flags)
 	var err error
 	if e == 0 && len(ops) > 0 {
-		err = f.j.apply(ops...)
+		err = f.j.Apply(ops...)
 	}
 	t.mu.Unlock()
 	if e != 0 {
@@ -482,7 +483,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 
 // renameLocked does Rename's tree change and returns the database ops;
 // tree.mu held.
-func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint32) ([]op, syscall.Errno) {
+func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint32) ([]catalog.Op, syscall.Errno) {
 	f := d.fsys
 	sp := d.n
 	src := sp.dir.get(name)
@@ -495,7 +496,7 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		f.curveProbe(nd, newName)
 	}
 	ts := now()
-	var ops []op
+	var ops []catalog.Op
 
 	if flags&renameExchange != 0 {
 		if dst == nil {
@@ -523,9 +524,9 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		}
 		touchTimes(sp, ts)
 		touchTimes(nd, ts)
-		f.j.touch(sp)
-		f.j.touch(nd)
-		ops = append(ops, putDirent(sp, name, dst), putDirent(nd, newName, src))
+		f.j.Touch(sp)
+		f.j.Touch(nd)
+		ops = append(ops, catalog.PutDirent(sp.ino, name, dst.ino), catalog.PutDirent(nd.ino, newName, src.ino))
 		return ops, 0
 	}
 
@@ -551,7 +552,7 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 
 	sp.dir.remove(name)
 	src.removeLink(sp, name)
-	ops = append(ops, delDirent(sp, name))
+	ops = append(ops, catalog.DelDirent(sp.ino, name))
 	if dst != nil {
 		nd.dir.replace(newName, src)
 		dst.removeLink(nd, newName)
@@ -568,10 +569,10 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 	src.mu.Unlock()
 	touchTimes(sp, ts)
 	touchTimes(nd, ts)
-	f.j.touch(src)
-	f.j.touch(sp)
-	f.j.touch(nd)
-	ops = append(ops, putDirent(nd, newName, src))
+	f.j.Touch(src)
+	f.j.Touch(sp)
+	f.j.Touch(nd)
+	ops = append(ops, catalog.PutDirent(nd.ino, newName, src.ino))
 	return ops, 0
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/mrc"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
@@ -81,19 +82,10 @@ type Namespace struct {
 	Tenant            string
 }
 
-// identity is the part of a Namespace that must match between mounts.
-type identity struct {
-	ModelID           string `json:"model_id,omitempty"`
-	ModelRevision     string `json:"model_revision,omitempty"`
-	TokenizerRevision string `json:"tokenizer_revision,omitempty"`
-	KVDType           string `json:"kv_dtype,omitempty"`
-	LayoutVersion     string `json:"layout_version,omitempty"`
-	Tenant            string `json:"tenant,omitempty"`
-	BlockSize         int    `json:"block_size"`
-}
-
-func (n Namespace) identity() identity {
-	return identity{n.ModelID, n.ModelRevision, n.TokenizerRevision, n.KVDType, n.LayoutVersion, n.Tenant, n.BlockSize}
+// identity is the part of n that must match between mounts.
+func (n Namespace) identity() catalog.Identity {
+	return catalog.Identity{ModelID: n.ModelID, ModelRevision: n.ModelRevision, TokenizerRevision: n.TokenizerRevision,
+		KVDType: n.KVDType, LayoutVersion: n.LayoutVersion, Tenant: n.Tenant, BlockSize: n.BlockSize}
 }
 
 // CacheMode says whether the kernel page cache holds file data.
@@ -209,7 +201,7 @@ type Options struct {
 	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for
 	// every directory read instead of only when stat calls follow.
 	readdirPlusAlways bool
-	// commitGap (tests only) overrides DefaultCommitGap.
+	// commitGap (tests only) overrides catalog.DefaultCommitGap.
 	commitGap time.Duration
 	// debugLog (tests only) receives go-fuse's request log, as Debug
 	// does, so that tests can count the requests an operation costs.
@@ -240,7 +232,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.CommitInterval = DefaultCommitInterval
 	}
 	if o.commitGap <= 0 {
-		o.commitGap = DefaultCommitGap
+		o.commitGap = catalog.DefaultCommitGap
 	}
 	if o.StatfsCapacity < 0 {
 		return o, errors.New("fusefs: negative StatfsCapacity")

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -15,12 +16,12 @@ import (
 // write) takes node.mu only, never tree.mu.
 
 // nodeKind is the type of a node.
-type nodeKind uint8
+type nodeKind = catalog.Kind
 
 const (
-	kindDir     nodeKind = 1
-	kindFile    nodeKind = 2
-	kindSymlink nodeKind = 3
+	kindDir     = catalog.KindDir
+	kindFile    = catalog.KindFile
+	kindSymlink = catalog.KindSymlink
 )
 
 // rootIno is the inode number (and FUSE node id) of the mount root.
@@ -30,21 +31,24 @@ const rootIno = fuse.FUSE_ROOT_ID
 // and 2 are "." and "..".
 const firstSeq = 3
 
-// namespace is a served namespace and its quota accounting.
+// namespace is a served namespace and its quota accounting
+// (catalog.Quota: bytes of its live files, open-but-unlinked ones
+// included, against QuotaBytes; the same rounded up to BlockSizeStatfs for
+// statfs; live files, directories and symlinks, its own directory
+// included).
 type namespace struct {
 	cfg  Namespace
 	root *node
-	// used is the sum of the reserved sizes (bytes) of the namespace's
-	// live files, open-but-unlinked ones included (the quota counts it).
-	used atomic.Int64
-	// alloc is the same sum with each file's size rounded up to
-	// BlockSizeStatfs: the bytes statfs reports as used.
-	alloc atomic.Int64
-	// inodes counts the namespace's live files, directories and symlinks
-	// (its own directory included), for statfs f_files - f_ffree.
-	inodes atomic.Int64
+	catalog.Quota
 	// lk counts the namespace's KV lookups (lookups.go).
 	lk lookupCounts
+}
+
+// newNamespace returns the accounting of namespace cfg, nothing used yet.
+func newNamespace(cfg Namespace) *namespace {
+	ns := &namespace{cfg: cfg}
+	ns.Limit = cfg.QuotaBytes
+	return ns
 }
 
 // allocBytes is the space a file of size bytes is charged in statfs: its
@@ -54,36 +58,14 @@ func allocBytes(size int64) int64 {
 }
 
 // setReserved sets n.reserved to v and moves the namespace's statfs usage
-// with it; n.mu held (or n not yet shared). The quota usage (ns.used) is
+// with it; n.mu held (or n not yet shared). The quota usage (ns.Used) is
 // the caller's business, as before.
 func (n *node) setReserved(v int64) {
 	if d := allocBytes(v) - allocBytes(n.reserved); d != 0 && n.ns != nil {
-		n.ns.alloc.Add(d)
+		n.ns.AddAlloc(d)
 	}
 	n.reserved = v
 }
-
-// reserve adds delta bytes to the namespace's usage. A positive delta
-// that would pass the quota is refused (false) and nothing is added.
-func (ns *namespace) reserve(delta int64) bool {
-	if delta <= 0 || ns.cfg.QuotaBytes == 0 {
-		ns.used.Add(delta)
-		return true
-	}
-	for {
-		u := ns.used.Load()
-		if u+delta > ns.cfg.QuotaBytes {
-			return false
-		}
-		if ns.used.CompareAndSwap(u, u+delta) {
-			return true
-		}
-	}
-}
-
-// adjust adds delta bytes to the usage without a quota check (for
-// releases and for corrections from Backend.Stat).
-func (ns *namespace) adjust(delta int64) { ns.used.Add(delta) }
 
 // link is one name of a node.
 type link struct {
@@ -130,6 +112,17 @@ type node struct {
 	resync                          bool // accounting must be re-read from Backend.Stat at quiescence
 	lost                            bool // the store lost the object
 	xattrs                          map[string][]byte
+}
+
+// Ino implements catalog.Node.
+func (n *node) Ino() uint64 { return n.ino }
+
+// Record implements catalog.Node: n's persistent attributes.
+func (n *node) Record() catalog.Record {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return catalog.Record{Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Atime: n.atime, Mtime: n.mtime,
+		Ctime: n.ctime, Obj: uint64(n.obj), Target: n.target}
 }
 
 // typeBits returns the S_IFMT bits of n.
