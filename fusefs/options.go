@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/catalog"
@@ -44,7 +43,7 @@ const (
 	// engines align O_DIRECT I/O to.
 	BlockSizeStatfs = 4096
 	// maxNameLen is the longest name (bytes) of a directory entry.
-	maxNameLen = 255
+	maxNameLen = catalog.MaxNameLen
 	// minBlockSize and maxBlockSize bound Namespace.BlockSize (bytes);
 	// the tier contract limits blocks to 4 MiB.
 	minBlockSize = 4 << 10
@@ -246,7 +245,7 @@ func (o Options) withDefaults() (Options, error) {
 	nss := make([]Namespace, len(o.Namespaces))
 	seen := map[string]bool{}
 	for i, ns := range o.Namespaces {
-		if err := validName(ns.Name); err != nil {
+		if err := catalog.ValidName(ns.Name); err != nil {
 			return o, fmt.Errorf("fusefs: namespace %q: %w", ns.Name, err)
 		}
 		if seen[ns.Name] {
@@ -282,17 +281,4 @@ func timeoutDefault(d time.Duration) time.Duration {
 		return 0
 	}
 	return d
-}
-
-// validName reports whether name can be a directory entry.
-func validName(name string) error {
-	switch {
-	case name == "" || name == "." || name == "..":
-		return errors.New("invalid name")
-	case len(name) > maxNameLen:
-		return errors.New("name longer than 255 bytes")
-	case strings.ContainsAny(name, "/\x00"):
-		return errors.New("name contains '/' or NUL")
-	}
-	return nil
 }
