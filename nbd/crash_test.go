@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/catalog"
 )
 
 // The crash tests run the server in a child process (this test binary
@@ -151,7 +153,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	}
 	killChild(t, child)
 
-	before, err := loadState(dir)
+	before, err := catalog.LoadExports(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +165,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	if bytes.Equal(got, a) {
 		return
 	}
-	after, err := loadState(dir)
+	after, err := catalog.LoadExports(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
