@@ -54,7 +54,7 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	f := s.fsys
 	t := &f.t
 	t.mu.RLock()
-	served := t.root.dir.get(ns.Name) != nil
+	served := t.root.dir.Get(ns.Name) != nil
 	t.mu.RUnlock()
 	if served {
 		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, ErrNamespaceExists)
@@ -88,7 +88,7 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	}
 
 	t.mu.Lock()
-	t.root.dir.add(ns.Name, n)
+	t.root.dir.Add(ns.Name, n)
 	n.links = []link{{t.root, ns.Name}}
 	n.updateNlink()
 	t.root.updateNlink()

@@ -46,7 +46,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	defer d.fsys.observe("lookup", time.Now())
 	t := &d.fsys.t
 	t.mu.RLock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	t.mu.RUnlock()
 	if c == nil && d.n.ns != nil && d.fsys.opts.Remote != nil {
 		var e syscall.Errno
@@ -115,7 +115,7 @@ func (d *dirNode) checkNew(name string) syscall.Errno {
 	if d.n.gone {
 		return syscall.ENOENT
 	}
-	if d.n.dir.get(name) != nil {
+	if d.n.dir.Get(name) != nil {
 		return syscall.EEXIST
 	}
 	return 0
@@ -156,7 +156,7 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 	if n.kind == kindFile {
 		t.byObj[n.obj] = n
 	}
-	d.n.dir.add(name, n)
+	d.n.dir.Add(name, n)
 	n.links = []link{{d.n, name}}
 	n.updateNlink()
 	d.n.updateNlink()
@@ -324,7 +324,7 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 		return nil, syscall.ENOENT
 	}
 	delete(t.orphans, n)
-	d.n.dir.add(name, n)
+	d.n.dir.Add(name, n)
 	n.links = append(n.links, link{d.n, name})
 	n.updateNlink()
 	ts := now()
@@ -378,7 +378,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	if c == nil {
 		t.mu.Unlock()
 		return syscall.ENOENT
@@ -387,7 +387,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		t.mu.Unlock()
 		return syscall.EISDIR
 	}
-	d.n.dir.remove(name)
+	d.n.dir.Remove(name)
 	c.removeLink(d.n, name)
 	ts := now()
 	touchTimes(d.n, ts)
@@ -409,21 +409,21 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	var e syscall.Errno
 	switch {
 	case c == nil:
 		e = syscall.ENOENT
 	case c.kind != kindDir:
 		e = syscall.ENOTDIR
-	case c.dir.len() > 0:
+	case c.dir.Len() > 0:
 		e = syscall.ENOTEMPTY
 	}
 	if e != 0 {
 		t.mu.Unlock()
 		return e
 	}
-	d.n.dir.remove(name)
+	d.n.dir.Remove(name)
 	c.removeLink(d.n, name)
 	c.gone = true
 	c.ns.AddInodes(-1)
@@ -463,7 +463,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	src, dst := d.n.dir.get(name), np.n.dir.get(newName) // for OnChange
+	src, dst := d.n.dir.Get(name), np.n.dir.Get(newName) // for OnChange
 	ops, e := d.renameLocked(name, np.n, newName, flags)
 	var err error
 	if e == 0 && len(ops) > 0 {
@@ -486,11 +486,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint32) ([]catalog.Op, syscall.Errno) {
 	f := d.fsys
 	sp := d.n
-	src := sp.dir.get(name)
+	src := sp.dir.Get(name)
 	if src == nil || nd.gone {
 		return nil, syscall.ENOENT
 	}
-	dst := nd.dir.get(newName)
+	dst := nd.dir.Get(newName)
 	if dst == nil {
 		f.createProbe(nd.ns) // the kernel looked newName up first
 		f.curveProbe(nd, newName)
@@ -508,8 +508,8 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		if (src.kind == kindDir && isAncestor(src, nd)) || (dst.kind == kindDir && isAncestor(dst, sp)) {
 			return nil, syscall.EINVAL
 		}
-		sp.dir.replace(name, dst)
-		nd.dir.replace(newName, src)
+		sp.dir.Replace(name, dst)
+		nd.dir.Replace(newName, src)
 		src.removeLink(sp, name)
 		dst.removeLink(nd, newName)
 		src.links = append(src.links, link{nd, newName})
@@ -543,22 +543,22 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		if dst != nil && dst.kind != kindDir {
 			return nil, syscall.ENOTDIR
 		}
-		if dst != nil && dst.dir.len() > 0 {
+		if dst != nil && dst.dir.Len() > 0 {
 			return nil, syscall.ENOTEMPTY
 		}
 	} else if dst != nil && dst.kind == kindDir {
 		return nil, syscall.EISDIR
 	}
 
-	sp.dir.remove(name)
+	sp.dir.Remove(name)
 	src.removeLink(sp, name)
 	ops = append(ops, catalog.DelDirent(sp.ino, name))
 	if dst != nil {
-		nd.dir.replace(newName, src)
+		nd.dir.Replace(newName, src)
 		dst.removeLink(nd, newName)
 		ops = f.dropName(dst, ts, ops)
 	} else {
-		nd.dir.add(newName, src)
+		nd.dir.Add(newName, src)
 	}
 	src.links = append(src.links, link{nd, newName})
 	for _, x := range []*node{src, sp, nd} {

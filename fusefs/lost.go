@@ -127,7 +127,7 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	ops := []catalog.Op{catalog.DelNode(n.ino)}
 	ts := now()
 	for _, l := range links {
-		l.parent.dir.remove(l.name)
+		l.parent.dir.Remove(l.name)
 		touchTimes(l.parent, ts)
 		f.j.Touch(l.parent)
 		ops = append(ops, catalog.DelDirent(l.parent.ino, l.name))

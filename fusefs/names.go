@@ -56,7 +56,7 @@ func (v treeView) Child(dir catalog.Entry, name string) (catalog.Entry, bool) {
 	if d.dir == nil {
 		return catalog.Entry{}, false
 	}
-	c := d.dir.get(name)
+	c := d.dir.Get(name)
 	if c == nil {
 		return catalog.Entry{}, false
 	}

@@ -41,7 +41,7 @@ func (f *fsys) reconcile(ctx context.Context, db *catalog.DB) error {
 			mode: ns.cfg.Mode, uid: ns.cfg.UID, gid: ns.cfg.GID, xattrs: r.Xattrs}
 		ns.root = n
 		built[n.ino] = n
-		t.root.dir.add(ns.cfg.Name, n)
+		t.root.dir.Add(ns.cfg.Name, n)
 		n.links = []link{{t.root, ns.cfg.Name}}
 	}
 	for _, k := range plan.Links {
@@ -62,7 +62,7 @@ func (f *fsys) reconcile(ctx context.Context, db *catalog.DB) error {
 			}
 			built[k.Ino] = cn
 		}
-		dn.dir.add(k.Name, cn)
+		dn.dir.Add(k.Name, cn)
 		cn.links = append(cn.links, link{dn, k.Name})
 	}
 

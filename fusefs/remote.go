@@ -168,7 +168,7 @@ func (d *dirNode) child(name string) *node {
 	t := &d.fsys.t
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return d.n.dir.get(name)
+	return d.n.dir.Get(name)
 }
 
 // nsPath returns the path of name in directory dir relative to dir's

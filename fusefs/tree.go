@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,10 +25,6 @@ const (
 
 // rootIno is the inode number (and FUSE node id) of the mount root.
 const rootIno = fuse.FUSE_ROOT_ID
-
-// firstSeq is the directory offset of the first real entry; offsets 1
-// and 2 are "." and "..".
-const firstSeq = 3
 
 // namespace is a served namespace and its quota accounting
 // (catalog.Quota: bytes of its live files, open-but-unlinked ones
@@ -142,7 +137,7 @@ func (n *node) updateNlink() {
 	case n.gone && n.kind == kindDir:
 		n.nlink.Store(0)
 	case n.kind == kindDir:
-		n.nlink.Store(uint32(2 + n.dir.subdirs))
+		n.nlink.Store(uint32(2 + n.dir.Subdirs()))
 	default:
 		n.nlink.Store(uint32(len(n.links)))
 	}
@@ -200,100 +195,14 @@ func setTime(sec *uint64, nsec *uint32, t int64) {
 
 func now() int64 { return time.Now().UnixNano() }
 
-// dirent is one entry of a directory listing. seq orders the listing and is
-// the entry's readdir offset; it never changes while the entry exists, and
-// a new entry always gets a larger one, so a cursor (the last seq read)
-// stays valid across concurrent changes.
-type dirent struct {
-	seq   uint64
-	name  string
-	child *node // nil once removed (a tombstone until compaction)
-}
+// dirData holds a directory's entries (the listing cursor of catalog.Dir);
+// guarded by tree.mu.
+type dirData = catalog.Dir[*node]
 
-// dirData holds a directory's entries; guarded by tree.mu.
-type dirData struct {
-	byName  map[string]*dirent
-	list    []*dirent // ordered by seq
-	dead    int       // tombstones in list
-	nextSeq uint64
-	subdirs int
-}
+func newDirData() *dirData { return catalog.NewDir[*node]() }
 
-func newDirData() *dirData {
-	return &dirData{byName: map[string]*dirent{}, nextSeq: firstSeq}
-}
-
-// get returns the child called name, or nil.
-func (d *dirData) get(name string) *node {
-	if e := d.byName[name]; e != nil {
-		return e.child
-	}
-	return nil
-}
-
-// add appends a new entry (name must be free).
-func (d *dirData) add(name string, child *node) {
-	e := &dirent{seq: d.nextSeq, name: name, child: child}
-	d.nextSeq++
-	d.byName[name] = e
-	d.list = append(d.list, e)
-	if child.kind == kindDir {
-		d.subdirs++
-	}
-}
-
-// replace points the existing entry name at child, keeping its offset.
-func (d *dirData) replace(name string, child *node) {
-	e := d.byName[name]
-	if e.child.kind == kindDir {
-		d.subdirs--
-	}
-	if child.kind == kindDir {
-		d.subdirs++
-	}
-	e.child = child
-}
-
-// remove deletes the entry name and returns its child (nil if absent).
-func (d *dirData) remove(name string) *node {
-	e := d.byName[name]
-	if e == nil {
-		return nil
-	}
-	delete(d.byName, name)
-	c := e.child
-	if c.kind == kindDir {
-		d.subdirs--
-	}
-	e.child = nil
-	d.dead++
-	if d.dead > 64 && d.dead*2 > len(d.list) {
-		live := d.list[:0]
-		for _, x := range d.list {
-			if x.child != nil {
-				live = append(live, x)
-			}
-		}
-		clear(d.list[len(live):])
-		d.list = live
-		d.dead = 0
-	}
-	return c
-}
-
-// next returns the first live entry with seq > after, or nil.
-func (d *dirData) next(after uint64) *dirent {
-	i := sort.Search(len(d.list), func(i int) bool { return d.list[i].seq > after })
-	for ; i < len(d.list); i++ {
-		if d.list[i].child != nil {
-			return d.list[i]
-		}
-	}
-	return nil
-}
-
-// len returns the number of live entries.
-func (d *dirData) len() int { return len(d.byName) }
+// IsDir implements catalog.DirChild.
+func (n *node) IsDir() bool { return n.kind == kindDir }
 
 // tree is the in-memory namespace tree.
 type tree struct {
