@@ -192,7 +192,8 @@ type Options struct {
 	// whose names or completeness may have changed: after the release of
 	// its last writer, a rename of it or over it, an unlink, a link, and
 	// when the store lost it. It is a hint (look the file up with
-	// Server.Path and Server.Writing): it may come more than once, and
+	// catalog.Names.Path on Server.Tree, and Server.Writing, later, off
+	// this call): it may come more than once, and
 	// may be called with the tree lock held, so it must be fast, must not
 	// block and must not call back into the Server.
 	OnChange func(id tiering.ObjectID)
