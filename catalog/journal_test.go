@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -135,3 +136,27 @@ func (n *testNode) Ino() uint64    { return n.ino }
 func (n *testNode) Record() Record { return n.rec }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAddNamespace: a namespace is recorded once, with its directory.
+func TestAddNamespace(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "tree.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	id := Identity{ModelID: "m", BlockSize: 4096}
+	root := &testNode{ino: 9, rec: Record{Kind: KindDir, Mode: 0o750}}
+	if err := db.AddNamespace("a", id, root); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddNamespace("a", id, &testNode{ino: 10, rec: root.rec}); !errors.Is(err, ErrNamespaceRecorded) {
+		t.Fatalf("second add: %v, want ErrNamespaceRecorded", err)
+	}
+	l, err := db.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := l.Namespaces["a"]; r.Ino != 9 || r.Identity != id || l.Nodes[9] != root.rec || len(l.Nodes) != 1 {
+		t.Fatalf("recorded %+v, nodes %+v", r, l.Nodes)
+	}
+}

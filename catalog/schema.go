@@ -177,16 +177,6 @@ func (d *DB) Sync() error { return d.db.Sync() }
 // Close closes the database (without Sync).
 func (d *DB) Close() error { return d.db.Close() }
 
-// HasNamespace reports whether the database records namespace name.
-func (d *DB) HasNamespace(name string) (bool, error) {
-	var ok bool
-	err := d.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketNS).Get([]byte(name)) != nil
-		return nil
-	})
-	return ok, err
-}
-
 // Write applies ops to the database in one transaction, bypassing the
 // journal (for reconciliation at mount and for namespace records, which
 // must be in the database before anything inside them is logged). Within
@@ -219,4 +209,29 @@ func nsValue(r NSRecord) []byte {
 		panic(err) // strings and integers only
 	}
 	return v
+}
+
+// ErrNamespaceRecorded is returned (wrapped) by DB.AddNamespace when the
+// database already records a namespace of that name.
+var ErrNamespaceRecorded = errors.New("namespace already recorded")
+
+// AddNamespace records a new namespace name (its identity and directory
+// root) and fdatasyncs the database, so that it is durable before
+// anything inside it is served or logged. Errors: ErrNamespaceRecorded
+// (nothing written) when the name is recorded already, as by an earlier
+// mount; database errors.
+func (d *DB) AddNamespace(name string, id Identity, root Node) error {
+	b := newBatch()
+	b.add(PutNamespace(name, NSRecord{Ino: root.Ino(), Identity: id}))
+	b.add(PutNode(root))
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketNS).Get([]byte(name)) != nil {
+			return fmt.Errorf("namespace %q: %w", name, ErrNamespaceRecorded)
+		}
+		return b.write(tx)
+	})
+	if err != nil {
+		return err
+	}
+	return d.db.Sync()
 }

@@ -59,15 +59,6 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	if served {
 		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, ErrNamespaceExists)
 	}
-	recorded, err := s.db.HasNamespace(ns.Name)
-	if err != nil {
-		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, err)
-	}
-	if recorded {
-		return fmt.Errorf("fusefs: add namespace %q: the tree database holds it from an earlier mount (restart to serve it): %w",
-			ns.Name, ErrNeedsRestart)
-	}
-
 	nsp := newNamespace(ns)
 	ts := now()
 	t.mu.Lock()
@@ -78,12 +69,11 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	nsp.AddInodes(1)
 	// Recorded (as reconcile records a namespace) before it is served, so
 	// that every logged change inside it comes after its record.
-	err = s.db.Write(catalog.PutNamespace(ns.Name, catalog.NSRecord{Ino: n.ino, Identity: ns.identity()}),
-		catalog.PutNode(n))
-	if err == nil {
-		err = s.db.Sync()
-	}
-	if err != nil {
+	switch err := s.db.AddNamespace(ns.Name, ns.identity(), n); {
+	case errors.Is(err, catalog.ErrNamespaceRecorded):
+		return fmt.Errorf("fusefs: add namespace %q: the tree database holds it from an earlier mount (restart to serve it): %w",
+			ns.Name, ErrNeedsRestart)
+	case err != nil:
 		return fmt.Errorf("fusefs: record namespace %q: %w", ns.Name, err)
 	}
 
