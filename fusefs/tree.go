@@ -26,6 +26,11 @@ const (
 // rootIno is the inode number (and FUSE node id) of the mount root.
 const rootIno = fuse.FUSE_ROOT_ID
 
+// The catalog's tree root is the mount root: reconciliation (which drops
+// entries that point at it) and the tree must agree (checked at compile
+// time: the index is out of range unless the two are equal).
+var _ = [1]struct{}{}[rootIno-catalog.RootIno]
+
 // namespace is a served namespace and its quota accounting
 // (catalog.Quota: bytes of its live files, open-but-unlinked ones
 // included, against QuotaBytes; the same rounded up to BlockSizeStatfs for
