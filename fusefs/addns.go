@@ -1,11 +1,10 @@
 package fusefs
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ctxmem/ctxmemd/catalog"
 )
 
 // Errors of AddNamespace (test with errors.Is).
@@ -55,52 +54,31 @@ func (s *Server) AddNamespace(ns Namespace) error {
 	f := s.fsys
 	t := &f.t
 	t.mu.RLock()
-	served := t.root.dir.get(ns.Name) != nil
+	served := t.root.dir.Get(ns.Name) != nil
 	t.mu.RUnlock()
 	if served {
 		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, ErrNamespaceExists)
 	}
-	var recorded bool
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		recorded = tx.Bucket(bucketNS).Get([]byte(ns.Name)) != nil
-		return nil
-	}); err != nil {
-		return fmt.Errorf("fusefs: add namespace %q: %w", ns.Name, err)
-	}
-	if recorded {
-		return fmt.Errorf("fusefs: add namespace %q: the tree database holds it from an earlier mount (restart to serve it): %w",
-			ns.Name, ErrNeedsRestart)
-	}
-
-	nsp := &namespace{cfg: ns}
+	nsp := newNamespace(ns)
 	ts := now()
 	t.mu.Lock()
 	n := &node{ino: t.allocIno(), kind: kindDir, ns: nsp, dir: newDirData(), atime: ts, mtime: ts, ctime: ts,
 		mode: ns.Mode, uid: ns.UID, gid: ns.GID}
 	t.mu.Unlock()
 	nsp.root = n
-	nsp.inodes.Add(1)
-	rec, err := json.Marshal(nsRecord{Ino: n.ino, Identity: ns.identity()})
-	if err != nil {
-		return err
-	}
+	nsp.AddInodes(1)
 	// Recorded (as reconcile records a namespace) before it is served, so
 	// that every logged change inside it comes after its record.
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketNS).Put([]byte(ns.Name), rec); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketNodes).Put(u64(n.ino), encodeNode(n))
-	})
-	if err == nil {
-		err = s.db.Sync()
-	}
-	if err != nil {
+	switch err := s.db.AddNamespace(ns.Name, ns.identity(), n); {
+	case errors.Is(err, catalog.ErrNamespaceRecorded):
+		return fmt.Errorf("fusefs: add namespace %q: the tree database holds it from an earlier mount (restart to serve it): %w",
+			ns.Name, ErrNeedsRestart)
+	case err != nil:
 		return fmt.Errorf("fusefs: record namespace %q: %w", ns.Name, err)
 	}
 
 	t.mu.Lock()
-	t.root.dir.add(ns.Name, n)
+	t.root.dir.Add(ns.Name, n)
 	n.links = []link{{t.root, ns.Name}}
 	n.updateNlink()
 	t.root.updateNlink()

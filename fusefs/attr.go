@@ -3,6 +3,7 @@ package fusefs
 import (
 	"syscall"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -61,8 +62,8 @@ func (f *fsys) setattr(n *node, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.E
 		// Only the size (kept by the store) or times changed: they are
 		// committed lazily, so an evictor's utimensat on every cache hit
 		// costs no log write.
-		f.j.touch(n)
+		f.j.Touch(n)
 		return 0
 	}
-	return logged(f.j.apply(putNode(n)))
+	return logged(f.j.Apply(catalog.PutNode(n)))
 }

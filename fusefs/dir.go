@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -45,7 +46,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	defer d.fsys.observe("lookup", time.Now())
 	t := &d.fsys.t
 	t.mu.RLock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	t.mu.RUnlock()
 	if c == nil && d.n.ns != nil && d.fsys.opts.Remote != nil {
 		var e syscall.Errno
@@ -92,7 +93,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 // Fsync (fsyncdir) makes the whole tree durable in the tree database.
 func (d *dirNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	defer d.fsys.observe("fsync", time.Now())
-	if err := d.fsys.j.sync(); err != nil {
+	if err := d.fsys.j.Sync(); err != nil {
 		return syscall.EIO
 	}
 	return 0
@@ -114,7 +115,7 @@ func (d *dirNode) checkNew(name string) syscall.Errno {
 	if d.n.gone {
 		return syscall.ENOENT
 	}
-	if d.n.dir.get(name) != nil {
+	if d.n.dir.Get(name) != nil {
 		return syscall.EEXIST
 	}
 	return 0
@@ -151,11 +152,11 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 		return e, nil
 	}
 	n.ino = t.allocIno()
-	n.ns.inodes.Add(1)
+	n.ns.AddInodes(1)
 	if n.kind == kindFile {
 		t.byObj[n.obj] = n
 	}
-	d.n.dir.add(name, n)
+	d.n.dir.Add(name, n)
 	n.links = []link{{d.n, name}}
 	n.updateNlink()
 	d.n.updateNlink()
@@ -163,8 +164,8 @@ func (d *dirNode) insert(name string, n *node) (syscall.Errno, error) {
 	ts := n.ctime
 	n.mu.Unlock()
 	touchTimes(d.n, ts)
-	d.fsys.j.touch(d.n)
-	return 0, d.fsys.j.apply(putNode(n), putDirent(d.n, name, n))
+	d.fsys.j.Touch(d.n)
+	return 0, d.fsys.j.Apply(catalog.PutNode(n), catalog.PutDirent(d.n.ino, name, n.ino))
 }
 
 // newFile creates a regular file called name (a nameless O_TMPFILE file
@@ -192,7 +193,7 @@ func (d *dirNode) newFile(ctx context.Context, name string, mode uint32) (*node,
 	if name == "" {
 		f.t.mu.Lock()
 		n.ino = f.t.allocIno()
-		ns.inodes.Add(1)
+		ns.AddInodes(1)
 		f.t.byObj[id] = n
 		f.t.orphans[n] = struct{}{}
 		n.updateNlink()
@@ -323,7 +324,7 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 		return nil, syscall.ENOENT
 	}
 	delete(t.orphans, n)
-	d.n.dir.add(name, n)
+	d.n.dir.Add(name, n)
 	n.links = append(n.links, link{d.n, name})
 	n.updateNlink()
 	ts := now()
@@ -331,8 +332,8 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 	n.mu.Lock()
 	n.ctime = ts
 	n.mu.Unlock()
-	f.j.touch(d.n)
-	err := f.j.apply(putNode(n), putDirent(d.n, name, n))
+	f.j.Touch(d.n)
+	err := f.j.Apply(catalog.PutNode(n), catalog.PutDirent(d.n.ino, name, n.ino))
 	t.mu.Unlock()
 	if n.kind == kindFile {
 		f.changed(n.obj)
@@ -346,12 +347,12 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 // dropName queues the removal of the last or another name of n after it
 // lost one; tree.mu held. Files without names become orphans, deleted at
 // FORGET (last close); symlinks and directories go at once.
-func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
+func (f *fsys) dropName(n *node, ts int64, ops []catalog.Op) []catalog.Op {
 	n.mu.Lock()
 	n.ctime = ts
 	n.mu.Unlock()
 	if len(n.links) > 0 {
-		f.j.touch(n)
+		f.j.Touch(n)
 		return ops
 	}
 	if n.kind == kindFile {
@@ -361,10 +362,10 @@ func (f *fsys) dropName(n *node, ts int64, ops []op) []op {
 		n.mu.Unlock()
 	} else {
 		n.gone = true
-		n.ns.inodes.Add(-1)
+		n.ns.AddInodes(-1)
 		n.updateNlink()
 	}
-	return append(ops, delNode(n))
+	return append(ops, catalog.DelNode(n.ino))
 }
 
 // Unlink removes a name of a file or symlink. The file's object is deleted
@@ -377,7 +378,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	if c == nil {
 		t.mu.Unlock()
 		return syscall.ENOENT
@@ -386,13 +387,13 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		t.mu.Unlock()
 		return syscall.EISDIR
 	}
-	d.n.dir.remove(name)
+	d.n.dir.Remove(name)
 	c.removeLink(d.n, name)
 	ts := now()
 	touchTimes(d.n, ts)
-	f.j.touch(d.n)
-	ops := f.dropName(c, ts, []op{delDirent(d.n, name)})
-	err := f.j.apply(ops...)
+	f.j.Touch(d.n)
+	ops := f.dropName(c, ts, []catalog.Op{catalog.DelDirent(d.n.ino, name)})
+	err := f.j.Apply(ops...)
 	t.mu.Unlock()
 	if c.kind == kindFile {
 		f.changed(c.obj)
@@ -408,30 +409,30 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	c := d.n.dir.get(name)
+	c := d.n.dir.Get(name)
 	var e syscall.Errno
 	switch {
 	case c == nil:
 		e = syscall.ENOENT
 	case c.kind != kindDir:
 		e = syscall.ENOTDIR
-	case c.dir.len() > 0:
+	case c.dir.Len() > 0:
 		e = syscall.ENOTEMPTY
 	}
 	if e != 0 {
 		t.mu.Unlock()
 		return e
 	}
-	d.n.dir.remove(name)
+	d.n.dir.Remove(name)
 	c.removeLink(d.n, name)
 	c.gone = true
-	c.ns.inodes.Add(-1)
+	c.ns.AddInodes(-1)
 	c.updateNlink()
 	d.n.updateNlink()
 	ts := now()
 	touchTimes(d.n, ts)
-	f.j.touch(d.n)
-	err := f.j.apply(delDirent(d.n, name), delNode(c))
+	f.j.Touch(d.n)
+	err := f.j.Apply(catalog.DelDirent(d.n.ino, name), catalog.DelNode(c.ino))
 	t.mu.Unlock()
 	return logged(err)
 }
@@ -462,11 +463,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	f := d.fsys
 	t := &f.t
 	t.mu.Lock()
-	src, dst := d.n.dir.get(name), np.n.dir.get(newName) // for OnChange
+	src, dst := d.n.dir.Get(name), np.n.dir.Get(newName) // for OnChange
 	ops, e := d.renameLocked(name, np.n, newName, flags)
 	var err error
 	if e == 0 && len(ops) > 0 {
-		err = f.j.apply(ops...)
+		err = f.j.Apply(ops...)
 	}
 	t.mu.Unlock()
 	if e != 0 {
@@ -482,20 +483,20 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 
 // renameLocked does Rename's tree change and returns the database ops;
 // tree.mu held.
-func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint32) ([]op, syscall.Errno) {
+func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint32) ([]catalog.Op, syscall.Errno) {
 	f := d.fsys
 	sp := d.n
-	src := sp.dir.get(name)
+	src := sp.dir.Get(name)
 	if src == nil || nd.gone {
 		return nil, syscall.ENOENT
 	}
-	dst := nd.dir.get(newName)
+	dst := nd.dir.Get(newName)
 	if dst == nil {
 		f.createProbe(nd.ns) // the kernel looked newName up first
 		f.curveProbe(nd, newName)
 	}
 	ts := now()
-	var ops []op
+	var ops []catalog.Op
 
 	if flags&renameExchange != 0 {
 		if dst == nil {
@@ -507,8 +508,8 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		if (src.kind == kindDir && isAncestor(src, nd)) || (dst.kind == kindDir && isAncestor(dst, sp)) {
 			return nil, syscall.EINVAL
 		}
-		sp.dir.replace(name, dst)
-		nd.dir.replace(newName, src)
+		sp.dir.Replace(name, dst)
+		nd.dir.Replace(newName, src)
 		src.removeLink(sp, name)
 		dst.removeLink(nd, newName)
 		src.links = append(src.links, link{nd, newName})
@@ -523,9 +524,9 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		}
 		touchTimes(sp, ts)
 		touchTimes(nd, ts)
-		f.j.touch(sp)
-		f.j.touch(nd)
-		ops = append(ops, putDirent(sp, name, dst), putDirent(nd, newName, src))
+		f.j.Touch(sp)
+		f.j.Touch(nd)
+		ops = append(ops, catalog.PutDirent(sp.ino, name, dst.ino), catalog.PutDirent(nd.ino, newName, src.ino))
 		return ops, 0
 	}
 
@@ -542,22 +543,22 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 		if dst != nil && dst.kind != kindDir {
 			return nil, syscall.ENOTDIR
 		}
-		if dst != nil && dst.dir.len() > 0 {
+		if dst != nil && dst.dir.Len() > 0 {
 			return nil, syscall.ENOTEMPTY
 		}
 	} else if dst != nil && dst.kind == kindDir {
 		return nil, syscall.EISDIR
 	}
 
-	sp.dir.remove(name)
+	sp.dir.Remove(name)
 	src.removeLink(sp, name)
-	ops = append(ops, delDirent(sp, name))
+	ops = append(ops, catalog.DelDirent(sp.ino, name))
 	if dst != nil {
-		nd.dir.replace(newName, src)
+		nd.dir.Replace(newName, src)
 		dst.removeLink(nd, newName)
 		ops = f.dropName(dst, ts, ops)
 	} else {
-		nd.dir.add(newName, src)
+		nd.dir.Add(newName, src)
 	}
 	src.links = append(src.links, link{nd, newName})
 	for _, x := range []*node{src, sp, nd} {
@@ -568,10 +569,10 @@ func (d *dirNode) renameLocked(name string, nd *node, newName string, flags uint
 	src.mu.Unlock()
 	touchTimes(sp, ts)
 	touchTimes(nd, ts)
-	f.j.touch(src)
-	f.j.touch(sp)
-	f.j.touch(nd)
-	ops = append(ops, putDirent(nd, newName, src))
+	f.j.Touch(src)
+	f.j.Touch(sp)
+	f.j.Touch(nd)
+	ops = append(ops, catalog.PutDirent(nd.ino, newName, src.ino))
 	return ops, 0
 }
 

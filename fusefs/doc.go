@@ -18,7 +18,8 @@
 //
 // The tree (names → inode → object id, mode, owner, times, symlink
 // targets, user.* xattrs) lives in memory and persists in a bbolt file
-// (Options.TreePath); sizes come from the store. Inode numbers are
+// (Options.TreePath) owned by package catalog (schema, write-ahead log,
+// loading); sizes come from the store. Inode numbers are
 // persistent (a file keeps its number across remounts), never reused
 // within a mount, and double as FUSE node ids.
 //

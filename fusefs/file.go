@@ -131,7 +131,7 @@ func (f *fsys) relatime(n *node) {
 	}
 	n.mu.Unlock()
 	if old {
-		f.j.touch(n)
+		f.j.Touch(n)
 	}
 }
 
@@ -170,7 +170,7 @@ func (f *fsys) openTruncate(ctx context.Context, n *node) syscall.Errno {
 	if e := f.truncate(n, 0); e != 0 {
 		return e
 	}
-	f.j.touch(n)
+	f.j.Touch(n)
 	return 0
 }
 
@@ -235,8 +235,8 @@ func releaseUnreachable(n *node) {
 		return
 	}
 	n.released = true
-	n.ns.inodes.Add(-1)
-	n.ns.adjust(-n.reserved)
+	n.ns.AddInodes(-1)
+	n.ns.Adjust(-n.reserved)
 	n.setReserved(0)
 }
 
@@ -245,7 +245,7 @@ func releaseUnreachable(n *node) {
 func uncount(n *node) {
 	if !n.released {
 		n.released = true
-		n.ns.inodes.Add(-1)
+		n.ns.AddInodes(-1)
 	}
 }
 
@@ -293,7 +293,7 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 		killPriv(n)
 	}
 	if end > n.reserved {
-		if !n.ns.reserve(end - n.reserved) {
+		if !n.ns.Reserve(end - n.reserved) {
 			n.mu.Unlock()
 			return 0, syscall.EDQUOT
 		}
@@ -329,7 +329,7 @@ func (fn *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, of
 	}
 	n.mu.Unlock()
 	if w > 0 {
-		f.j.touch(n)
+		f.j.Touch(n)
 	}
 	if err != nil {
 		if gone(err) {
@@ -366,7 +366,7 @@ func (f *fsys) resyncLocked(n *node) {
 		}
 		return
 	}
-	n.ns.adjust(info.Size - n.reserved)
+	n.ns.Adjust(info.Size - n.reserved)
 	n.setReserved(info.Size)
 	n.size = info.Size
 }
@@ -382,7 +382,7 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 		return syscall.EIO
 	}
 	delta := size - n.reserved
-	if delta > 0 && !n.ns.reserve(delta) {
+	if delta > 0 && !n.ns.Reserve(delta) {
 		n.mu.Unlock()
 		return syscall.EDQUOT
 	}
@@ -402,7 +402,7 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 	switch {
 	case err != nil:
 		if delta > 0 {
-			n.ns.adjust(-delta)
+			n.ns.Adjust(-delta)
 		}
 		n.resync = true
 	case n.resync:
@@ -413,7 +413,7 @@ func (f *fsys) truncate(n *node, size int64) syscall.Errno {
 		}
 	default:
 		if delta < 0 {
-			n.ns.adjust(delta)
+			n.ns.Adjust(delta)
 		}
 		n.setReserved(size)
 		n.size = size
@@ -456,7 +456,7 @@ func (fn *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) s
 		return errno(err)
 	}
 	f.ptFresh(fn.n) // passthrough writes were taken in: the size may have grown
-	if err := f.j.sync(); err != nil {
+	if err := f.j.Sync(); err != nil {
 		return syscall.EIO
 	}
 	return 0
@@ -489,7 +489,7 @@ func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, 
 	if e := fn.fsys.truncate(n, end); e != 0 {
 		return e
 	}
-	fn.fsys.j.touch(n)
+	fn.fsys.j.Touch(n)
 	return 0
 }
 
@@ -542,7 +542,7 @@ func (f *fsys) deleteObject(n *node) {
 	res, lost := n.reserved, n.lost
 	n.setReserved(0)
 	n.mu.Unlock()
-	n.ns.adjust(-res)
+	n.ns.Adjust(-res)
 	if lost {
 		return
 	}

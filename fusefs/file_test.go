@@ -533,7 +533,7 @@ func TestOpenTruncate(t *testing.T) {
 	if info, err := m.be.Stat(m.obj(p)); err != nil || info.Size != int64(len(short)) {
 		t.Fatalf("store: %+v %v", info, err)
 	}
-	if used := m.srv.fsys.nss[0].used.Load(); used != int64(len(short)) {
+	if used := m.srv.fsys.nss[0].Used(); used != int64(len(short)) {
 		t.Fatalf("quota usage %d, want %d", used, len(short))
 	}
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"syscall"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -23,7 +24,7 @@ type fsys struct {
 	// when the mount shuts down.
 	ctx   context.Context
 	t     tree
-	j     *journal
+	j     *catalog.Journal
 	nss   []*namespace
 	notes *notifier
 	pt    ptState // FUSE passthrough (passthrough.go)
@@ -123,7 +124,7 @@ func (f *fsys) statfs(n *node, out *fuse.StatfsOut) {
 		capacity, _ = f.be.Capacity()
 	}
 	if ns := n.ns; ns != nil {
-		used, inodes = ns.alloc.Load(), ns.inodes.Load()
+		used, inodes = ns.Alloc(), ns.Inodes()
 		total = capacity
 		if ns.cfg.QuotaBytes > 0 {
 			total = ns.cfg.QuotaBytes
@@ -133,8 +134,8 @@ func (f *fsys) statfs(n *node, out *fuse.StatfsOut) {
 		f.t.mu.RLock() // f.nss grows under t.mu (AddNamespace)
 		defer f.t.mu.RUnlock()
 		for _, ns := range f.nss {
-			used += ns.alloc.Load()
-			inodes += ns.inodes.Load()
+			used += ns.Alloc()
+			inodes += ns.Inodes()
 			quotas += ns.cfg.QuotaBytes
 			all = all && ns.cfg.QuotaBytes > 0
 		}

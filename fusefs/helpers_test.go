@@ -113,7 +113,7 @@ func (m *testMount) node(path string) *node {
 		if n.dir == nil {
 			return nil
 		}
-		if n = n.dir.get(part); n == nil {
+		if n = n.dir.Get(part); n == nil {
 			return nil
 		}
 	}

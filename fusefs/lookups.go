@@ -109,3 +109,8 @@ func (f *fsys) observe(op string, t0 time.Time) {
 		o(op, time.Since(t0))
 	}
 }
+
+// LookupMisses is the number of KV lookup misses since mount: names an
+// engine asked for in a namespace that the mount does not hold, the
+// kernel's own lookups before creating a name excluded (see Lookups).
+func (s *Server) LookupMisses() int64 { c, _ := s.Lookups(); return c.Misses }

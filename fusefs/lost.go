@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -123,15 +124,15 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	uncount(n)
 	n.mu.Unlock()
 	n.updateNlink()
-	ops := []op{delNode(n)}
+	ops := []catalog.Op{catalog.DelNode(n.ino)}
 	ts := now()
 	for _, l := range links {
-		l.parent.dir.remove(l.name)
+		l.parent.dir.Remove(l.name)
 		touchTimes(l.parent, ts)
-		f.j.touch(l.parent)
-		ops = append(ops, delDirent(l.parent, l.name))
+		f.j.Touch(l.parent)
+		ops = append(ops, catalog.DelDirent(l.parent.ino, l.name))
 	}
-	if err := f.j.apply(ops...); err != nil {
+	if err := f.j.Apply(ops...); err != nil {
 		f.log.Error("fusefs: log removal of a lost file", "err", err)
 	}
 	t.mu.Unlock()
@@ -145,7 +146,7 @@ func (f *fsys) removeFile(id tiering.ObjectID, why string) bool {
 	// with a size of 0 the kernel would answer its reads with end of file
 	// (0 bytes of a file that had bytes) without asking.
 	n.mu.Unlock()
-	n.ns.adjust(-res)
+	n.ns.Adjust(-res)
 	lvl := slog.LevelDebug
 	if why == whyLost {
 		lvl = slog.LevelWarn

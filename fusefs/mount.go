@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +30,7 @@ type Server struct {
 	mountpoint string
 	fsys       *fsys
 	srv        *fuse.Server
-	db         *bolt.DB
+	db         *catalog.DB
 	cancel     context.CancelFunc
 	stopWatch  chan struct{}
 
@@ -62,7 +62,7 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 	if err := prepareMountpoint(mnt, o); err != nil {
 		return nil, err
 	}
-	db, err := openTreeDB(o.TreePath)
+	db, err := catalog.Open(o.TreePath)
 	if err != nil {
 		return nil, err
 	}
@@ -71,25 +71,26 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 	f.t.byObj = map[tiering.ObjectID]*node{}
 	f.t.orphans = map[*node]struct{}{}
 	for _, ns := range o.Namespaces {
-		f.nss = append(f.nss, &namespace{cfg: ns})
+		f.nss = append(f.nss, newNamespace(ns))
 	}
 	fail := func(err error) (*Server, error) {
 		cancel()
 		db.Close()
 		return nil, err
 	}
-	seq, err := replayWAL(db, o.TreePath, o.Logger)
+	seq, err := db.Replay(o.Logger)
 	if err != nil {
 		return fail(fmt.Errorf("fusefs: %w", err))
 	}
 	if err := f.reconcile(ctx, db); err != nil {
 		return fail(err)
 	}
-	f.j, err = openJournal(db, o.TreePath, seq, o.Logger, o.CommitInterval, o.commitGap, func() uint64 {
-		f.t.mu.RLock()
-		defer f.t.mu.RUnlock()
-		return f.t.nextIno
-	})
+	f.j, err = db.OpenJournal(catalog.JournalConfig{Seq: seq, Logger: o.Logger, Interval: o.CommitInterval,
+		Gap: o.commitGap, NextIno: func() uint64 {
+			f.t.mu.RLock()
+			defer f.t.mu.RUnlock()
+			return f.t.nextIno
+		}})
 	if err != nil {
 		return fail(err)
 	}
@@ -113,7 +114,7 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 	srv, err := fuse.NewServer(raw, mnt, &fsOpts.MountOptions)
 	if err != nil {
 		f.notes.close()
-		f.j.close()
+		f.j.Close()
 		return fail(fmt.Errorf("fusefs: mount %s: %w", mnt, err))
 	}
 	s := &Server{mountpoint: mnt, fsys: f, srv: srv, db: db, cancel: cancel,
@@ -257,7 +258,7 @@ func (s *Server) cleanup() {
 	for _, n := range orphans {
 		f.deleteObject(n)
 	}
-	f.j.close()
+	f.j.Close()
 	s.cancel()
 	if err := s.db.Sync(); err != nil {
 		f.log.Error("fusefs: sync tree database", "err", err)

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"strings"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/mrc"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
@@ -43,7 +43,7 @@ const (
 	// engines align O_DIRECT I/O to.
 	BlockSizeStatfs = 4096
 	// maxNameLen is the longest name (bytes) of a directory entry.
-	maxNameLen = 255
+	maxNameLen = catalog.MaxNameLen
 	// minBlockSize and maxBlockSize bound Namespace.BlockSize (bytes);
 	// the tier contract limits blocks to 4 MiB.
 	minBlockSize = 4 << 10
@@ -81,19 +81,10 @@ type Namespace struct {
 	Tenant            string
 }
 
-// identity is the part of a Namespace that must match between mounts.
-type identity struct {
-	ModelID           string `json:"model_id,omitempty"`
-	ModelRevision     string `json:"model_revision,omitempty"`
-	TokenizerRevision string `json:"tokenizer_revision,omitempty"`
-	KVDType           string `json:"kv_dtype,omitempty"`
-	LayoutVersion     string `json:"layout_version,omitempty"`
-	Tenant            string `json:"tenant,omitempty"`
-	BlockSize         int    `json:"block_size"`
-}
-
-func (n Namespace) identity() identity {
-	return identity{n.ModelID, n.ModelRevision, n.TokenizerRevision, n.KVDType, n.LayoutVersion, n.Tenant, n.BlockSize}
+// identity is the part of n that must match between mounts.
+func (n Namespace) identity() catalog.Identity {
+	return catalog.Identity{ModelID: n.ModelID, ModelRevision: n.ModelRevision, TokenizerRevision: n.TokenizerRevision,
+		KVDType: n.KVDType, LayoutVersion: n.LayoutVersion, Tenant: n.Tenant, BlockSize: n.BlockSize}
 }
 
 // CacheMode says whether the kernel page cache holds file data.
@@ -201,7 +192,8 @@ type Options struct {
 	// whose names or completeness may have changed: after the release of
 	// its last writer, a rename of it or over it, an unlink, a link, and
 	// when the store lost it. It is a hint (look the file up with
-	// Server.Path and Server.Writing): it may come more than once, and
+	// catalog.Names.Path on Server.Tree, and Server.Writing, later, off
+	// this call): it may come more than once, and
 	// may be called with the tree lock held, so it must be fast, must not
 	// block and must not call back into the Server.
 	OnChange func(id tiering.ObjectID)
@@ -209,7 +201,7 @@ type Options struct {
 	// readdirPlusAlways (tests only) makes the kernel use READDIRPLUS for
 	// every directory read instead of only when stat calls follow.
 	readdirPlusAlways bool
-	// commitGap (tests only) overrides DefaultCommitGap.
+	// commitGap (tests only) overrides catalog.DefaultCommitGap.
 	commitGap time.Duration
 	// debugLog (tests only) receives go-fuse's request log, as Debug
 	// does, so that tests can count the requests an operation costs.
@@ -240,7 +232,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.CommitInterval = DefaultCommitInterval
 	}
 	if o.commitGap <= 0 {
-		o.commitGap = DefaultCommitGap
+		o.commitGap = catalog.DefaultCommitGap
 	}
 	if o.StatfsCapacity < 0 {
 		return o, errors.New("fusefs: negative StatfsCapacity")
@@ -254,7 +246,7 @@ func (o Options) withDefaults() (Options, error) {
 	nss := make([]Namespace, len(o.Namespaces))
 	seen := map[string]bool{}
 	for i, ns := range o.Namespaces {
-		if err := validName(ns.Name); err != nil {
+		if err := catalog.ValidName(ns.Name); err != nil {
 			return o, fmt.Errorf("fusefs: namespace %q: %w", ns.Name, err)
 		}
 		if seen[ns.Name] {
@@ -290,17 +282,4 @@ func timeoutDefault(d time.Duration) time.Duration {
 		return 0
 	}
 	return d
-}
-
-// validName reports whether name can be a directory entry.
-func validName(name string) error {
-	switch {
-	case name == "" || name == "." || name == "..":
-		return errors.New("invalid name")
-	case len(name) > maxNameLen:
-		return errors.New("name longer than 255 bytes")
-	case strings.ContainsAny(name, "/\x00"):
-		return errors.New("name contains '/' or NUL")
-	}
-	return nil
 }

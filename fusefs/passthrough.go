@@ -174,7 +174,7 @@ func (f *fsys) releasePassthrough(n *node, h *ptHandle) {
 	}
 	n.mu.Unlock()
 	if h.write {
-		f.j.touch(n)
+		f.j.Touch(n)
 		if srv := f.notes.server(); srv != nil {
 			srv.InodeNotify(n.ino, 0, -1)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ctxmem/ctxmemd/catalog"
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxmem/ctxmemd/internal/testchild"
@@ -107,18 +107,13 @@ func TestReconcile(t *testing.T) {
 	// A file unlinked while open when the daemon crashed: a node record
 	// no entry reaches, and its object.
 	crashed, _ := be.Create(DefaultNamespace, DefaultBlockSize, ObjectKind)
-	db, err := openTreeDB(m.tree)
+	db, err := catalog.Open(m.tree)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ghost := &node{ino: 1 << 40, kind: kindFile, obj: crashed, mode: 0o644}
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketNodes).Put(u64(ghost.ino), encodeNode(ghost)); err != nil {
-			return err
-		}
-		// And an entry pointing at no node.
-		return tx.Bucket(bucketDirents).Put(direntKey(nsIno, "dangling"), u64(1<<41))
-	})
+	// And an entry pointing at no node.
+	err = db.Write(catalog.PutNode(ghost), catalog.PutDirent(nsIno, "dangling", 1<<41))
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -272,36 +267,36 @@ func TestCrashRecovery(t *testing.T) {
 	if err := syscall.Statfs(mnt, &st); err != syscall.ENOTCONN {
 		t.Fatalf("after kill -9: statfs %v, want ENOTCONN", err)
 	}
-	db, err := openTreeDB(tree)
+	db, err := catalog.Open(tree)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The child never committed to the database: its changes are only in
 	// the write-ahead log.
-	if files, _ := walFiles(tree); len(files) == 0 {
+	if files, _ := catalog.WALFiles(tree); len(files) == 0 {
 		t.Error("no tree log after kill -9")
 	}
-	if l, _ := readTreeDB(db); len(l.children) != 0 {
-		t.Errorf("database has entries before replay: %v", l.children)
+	if l, _ := db.Load(); len(l.Children) != 0 {
+		t.Errorf("database has entries before replay: %v", l.Children)
 	}
-	if _, err := replayWAL(db, tree, testLogger()); err != nil {
+	if _, err := db.Replay(testLogger()); err != nil {
 		t.Fatal(err)
 	}
-	if files, _ := walFiles(tree); len(files) != 0 {
+	if files, _ := catalog.WALFiles(tree); len(files) != 0 {
 		t.Errorf("tree log left after replay: %v", files)
 	}
-	l, err := readTreeDB(db)
+	l, err := db.Load()
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}
-	for _, cs := range l.children {
+	for _, cs := range l.Children {
 		for _, c := range cs {
-			names[c.name] = true
+			names[c.Name] = true
 		}
 	}
-	if _, ok := l.ns[DefaultNamespace]; !ok {
+	if _, ok := l.Namespaces[DefaultNamespace]; !ok {
 		t.Error("namespace record missing after kill -9")
 	}
 	for _, want := range []string{"kept", "renamed"} {

@@ -65,12 +65,12 @@ func TestQuota(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return os.WriteFile(c, make([]byte, quota/2), 0o644) == nil
 	}, "quota released at last close")
-	if used := m.srv.fsys.nss[0].used.Load(); used != quota {
+	if used := m.srv.fsys.nss[0].Used(); used != quota {
 		t.Errorf("namespace usage %d, want %d", used, quota)
 	}
 	// Usage is rebuilt from object sizes at mount.
 	m.restart()
-	if used := m.srv.fsys.nss[0].used.Load(); used != quota {
+	if used := m.srv.fsys.nss[0].Used(); used != quota {
 		t.Errorf("usage after remount %d, want %d", used, quota)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "d"), []byte{1}, 0o644); !errors.Is(err, syscall.EDQUOT) {

@@ -48,11 +48,11 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		return &fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: p.ino, Off: 2}, 0
 	}
 	t.mu.RLock()
-	e := h.d.n.dir.next(h.pos)
+	e, ok := h.d.n.dir.Next(h.pos)
 	var de *fuse.DirEntry
-	if e != nil {
-		de = &fuse.DirEntry{Name: e.name, Mode: e.child.typeBits(), Ino: e.child.ino, Off: e.seq}
-		h.pos = e.seq
+	if ok {
+		de = &fuse.DirEntry{Name: e.Name, Mode: e.Child.typeBits(), Ino: e.Child.ino, Off: e.Seq}
+		h.pos = e.Seq
 	}
 	t.mu.RUnlock()
 	return de, 0

@@ -116,7 +116,7 @@ func (d *dirNode) linkImported(name, path string, id tiering.ObjectID, size int6
 		f.log.Error("fusefs: imported object already belongs to a file", "namespace", ns.cfg.Name, "path", path, "object", id)
 		return nil, syscall.EIO
 	}
-	if !ns.reserve(size) {
+	if !ns.Reserve(size) {
 		f.discardImport(id)
 		return nil, syscall.EDQUOT
 	}
@@ -126,7 +126,7 @@ func (d *dirNode) linkImported(name, path string, id tiering.ObjectID, size int6
 	n.setReserved(size)
 	c, created, e := d.linkOrExisting(name, n)
 	if !created {
-		ns.adjust(-size)
+		ns.Adjust(-size)
 		n.mu.Lock()
 		n.setReserved(0)
 		n.mu.Unlock()
@@ -168,7 +168,7 @@ func (d *dirNode) child(name string) *node {
 	t := &d.fsys.t
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return d.n.dir.get(name)
+	return d.n.dir.Get(name)
 }
 
 // nsPath returns the path of name in directory dir relative to dir's

@@ -177,7 +177,7 @@ func TestRemoteImportNested(t *testing.T) {
 	if len(ids) != 2 || m.obj(d+"/s1/blk0") != ids[0] || m.obj(d+"/s2/sub/blk1") != ids[1] {
 		t.Fatalf("imported objects %v, tree has %d and %d", ids, m.obj(d+"/s1/blk0"), m.obj(d+"/s2/sub/blk1"))
 	}
-	if used := m.srv.fsys.nss[0].used.Load(); used != int64(len(blk0)+len(blk1)) {
+	if used := m.srv.fsys.nss[0].Used(); used != int64(len(blk0)+len(blk1)) {
 		t.Errorf("namespace usage %d, want %d", used, len(blk0)+len(blk1))
 	}
 	// An imported file is an ordinary local file: writable, its name and
@@ -208,7 +208,7 @@ func TestRemoteImportNested(t *testing.T) {
 	if r.nImports("m/s1/blk0") != 1 || r.nImports("m/s2/sub/blk1") != 1 {
 		t.Errorf("imports %v, want one each", r.imports)
 	}
-	if used := m.srv.fsys.nss[0].used.Load(); used != int64(len(blk0)+len(blk1)+1) {
+	if used := m.srv.fsys.nss[0].Used(); used != int64(len(blk0)+len(blk1)+1) {
 		t.Errorf("namespace usage after restart %d, want %d", used, len(blk0)+len(blk1)+1)
 	}
 }
@@ -317,7 +317,7 @@ func TestRemoteConcurrentImport(t *testing.T) {
 			t.Errorf("object %d exists=%v (winner %d)", id, live, won.obj)
 		}
 	}
-	if used := m.srv.fsys.nss[0].used.Load(); used != int64(len(data)) {
+	if used := m.srv.fsys.nss[0].Used(); used != int64(len(data)) {
 		t.Errorf("namespace usage %d, want %d", used, len(data))
 	}
 	if got, err := os.ReadFile(d + "/c"); err != nil || !bytes.Equal(got, data) {
@@ -369,8 +369,8 @@ func TestRemoteQuota(t *testing.T) {
 	if len(ids) != 1 || m.be.exists(ids[0]) {
 		t.Fatalf("refused import: objects %v still exist", ids)
 	}
-	if q.used.Load() != 0 || m.node(d+"/big") != nil {
-		t.Fatalf("refused import left usage %d or a name", q.used.Load())
+	if q.Used() != 0 || m.node(d+"/big") != nil {
+		t.Fatalf("refused import left usage %d or a name", q.Used())
 	}
 	r.share("q/half", make([]byte, quota/2))
 	r.share("q/more", make([]byte, quota/2+1))
@@ -380,8 +380,8 @@ func TestRemoteQuota(t *testing.T) {
 	if _, err := os.Stat(d + "/more"); !errors.Is(err, syscall.EDQUOT) {
 		t.Fatalf("second import past the quota: %v", err)
 	}
-	if q.used.Load() != quota/2 {
-		t.Fatalf("usage %d, want %d", q.used.Load(), quota/2)
+	if q.Used() != quota/2 {
+		t.Fatalf("usage %d, want %d", q.Used(), quota/2)
 	}
 	// Local writes see the imported file's usage.
 	if err := os.WriteFile(d+"/w", make([]byte, quota/2+1), 0o644); !errors.Is(err, syscall.EDQUOT) {
@@ -451,7 +451,7 @@ func TestRemoteFailures(t *testing.T) {
 	if last := ids[len(ids)-1]; m.be.exists(last) {
 		t.Fatalf("object %d of a failed import not deleted", last)
 	}
-	if used := m.srv.fsys.nss[0].used.Load(); used != 3 {
+	if used := m.srv.fsys.nss[0].Used(); used != 3 {
 		t.Fatalf("usage %d, want 3", used)
 	}
 }

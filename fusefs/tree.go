@@ -1,12 +1,12 @@
 package fusefs
 
 import (
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -15,36 +15,40 @@ import (
 // write) takes node.mu only, never tree.mu.
 
 // nodeKind is the type of a node.
-type nodeKind uint8
+type nodeKind = catalog.Kind
 
 const (
-	kindDir     nodeKind = 1
-	kindFile    nodeKind = 2
-	kindSymlink nodeKind = 3
+	kindDir     = catalog.KindDir
+	kindFile    = catalog.KindFile
+	kindSymlink = catalog.KindSymlink
 )
 
 // rootIno is the inode number (and FUSE node id) of the mount root.
 const rootIno = fuse.FUSE_ROOT_ID
 
-// firstSeq is the directory offset of the first real entry; offsets 1
-// and 2 are "." and "..".
-const firstSeq = 3
+// The catalog's tree root is the mount root: reconciliation (which drops
+// entries that point at it) and the tree must agree (checked at compile
+// time: the index is out of range unless the two are equal).
+var _ = [1]struct{}{}[rootIno-catalog.RootIno]
 
-// namespace is a served namespace and its quota accounting.
+// namespace is a served namespace and its quota accounting
+// (catalog.Quota: bytes of its live files, open-but-unlinked ones
+// included, against QuotaBytes; the same rounded up to BlockSizeStatfs for
+// statfs; live files, directories and symlinks, its own directory
+// included).
 type namespace struct {
 	cfg  Namespace
 	root *node
-	// used is the sum of the reserved sizes (bytes) of the namespace's
-	// live files, open-but-unlinked ones included (the quota counts it).
-	used atomic.Int64
-	// alloc is the same sum with each file's size rounded up to
-	// BlockSizeStatfs: the bytes statfs reports as used.
-	alloc atomic.Int64
-	// inodes counts the namespace's live files, directories and symlinks
-	// (its own directory included), for statfs f_files - f_ffree.
-	inodes atomic.Int64
+	catalog.Quota
 	// lk counts the namespace's KV lookups (lookups.go).
 	lk lookupCounts
+}
+
+// newNamespace returns the accounting of namespace cfg, nothing used yet.
+func newNamespace(cfg Namespace) *namespace {
+	ns := &namespace{cfg: cfg}
+	ns.Limit = cfg.QuotaBytes
+	return ns
 }
 
 // allocBytes is the space a file of size bytes is charged in statfs: its
@@ -54,36 +58,14 @@ func allocBytes(size int64) int64 {
 }
 
 // setReserved sets n.reserved to v and moves the namespace's statfs usage
-// with it; n.mu held (or n not yet shared). The quota usage (ns.used) is
+// with it; n.mu held (or n not yet shared). The quota usage (ns.Used) is
 // the caller's business, as before.
 func (n *node) setReserved(v int64) {
 	if d := allocBytes(v) - allocBytes(n.reserved); d != 0 && n.ns != nil {
-		n.ns.alloc.Add(d)
+		n.ns.AddAlloc(d)
 	}
 	n.reserved = v
 }
-
-// reserve adds delta bytes to the namespace's usage. A positive delta
-// that would pass the quota is refused (false) and nothing is added.
-func (ns *namespace) reserve(delta int64) bool {
-	if delta <= 0 || ns.cfg.QuotaBytes == 0 {
-		ns.used.Add(delta)
-		return true
-	}
-	for {
-		u := ns.used.Load()
-		if u+delta > ns.cfg.QuotaBytes {
-			return false
-		}
-		if ns.used.CompareAndSwap(u, u+delta) {
-			return true
-		}
-	}
-}
-
-// adjust adds delta bytes to the usage without a quota check (for
-// releases and for corrections from Backend.Stat).
-func (ns *namespace) adjust(delta int64) { ns.used.Add(delta) }
 
 // link is one name of a node.
 type link struct {
@@ -132,6 +114,17 @@ type node struct {
 	xattrs                          map[string][]byte
 }
 
+// Ino implements catalog.Node.
+func (n *node) Ino() uint64 { return n.ino }
+
+// Record implements catalog.Node: n's persistent attributes.
+func (n *node) Record() catalog.Record {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return catalog.Record{Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Atime: n.atime, Mtime: n.mtime,
+		Ctime: n.ctime, Obj: uint64(n.obj), Target: n.target}
+}
+
 // typeBits returns the S_IFMT bits of n.
 func (n *node) typeBits() uint32 {
 	switch n.kind {
@@ -149,7 +142,7 @@ func (n *node) updateNlink() {
 	case n.gone && n.kind == kindDir:
 		n.nlink.Store(0)
 	case n.kind == kindDir:
-		n.nlink.Store(uint32(2 + n.dir.subdirs))
+		n.nlink.Store(uint32(2 + n.dir.Subdirs()))
 	default:
 		n.nlink.Store(uint32(len(n.links)))
 	}
@@ -207,100 +200,14 @@ func setTime(sec *uint64, nsec *uint32, t int64) {
 
 func now() int64 { return time.Now().UnixNano() }
 
-// dirent is one entry of a directory listing. seq orders the listing and is
-// the entry's readdir offset; it never changes while the entry exists, and
-// a new entry always gets a larger one, so a cursor (the last seq read)
-// stays valid across concurrent changes.
-type dirent struct {
-	seq   uint64
-	name  string
-	child *node // nil once removed (a tombstone until compaction)
-}
+// dirData holds a directory's entries (the listing cursor of catalog.Dir);
+// guarded by tree.mu.
+type dirData = catalog.Dir[*node]
 
-// dirData holds a directory's entries; guarded by tree.mu.
-type dirData struct {
-	byName  map[string]*dirent
-	list    []*dirent // ordered by seq
-	dead    int       // tombstones in list
-	nextSeq uint64
-	subdirs int
-}
+func newDirData() *dirData { return catalog.NewDir[*node]() }
 
-func newDirData() *dirData {
-	return &dirData{byName: map[string]*dirent{}, nextSeq: firstSeq}
-}
-
-// get returns the child called name, or nil.
-func (d *dirData) get(name string) *node {
-	if e := d.byName[name]; e != nil {
-		return e.child
-	}
-	return nil
-}
-
-// add appends a new entry (name must be free).
-func (d *dirData) add(name string, child *node) {
-	e := &dirent{seq: d.nextSeq, name: name, child: child}
-	d.nextSeq++
-	d.byName[name] = e
-	d.list = append(d.list, e)
-	if child.kind == kindDir {
-		d.subdirs++
-	}
-}
-
-// replace points the existing entry name at child, keeping its offset.
-func (d *dirData) replace(name string, child *node) {
-	e := d.byName[name]
-	if e.child.kind == kindDir {
-		d.subdirs--
-	}
-	if child.kind == kindDir {
-		d.subdirs++
-	}
-	e.child = child
-}
-
-// remove deletes the entry name and returns its child (nil if absent).
-func (d *dirData) remove(name string) *node {
-	e := d.byName[name]
-	if e == nil {
-		return nil
-	}
-	delete(d.byName, name)
-	c := e.child
-	if c.kind == kindDir {
-		d.subdirs--
-	}
-	e.child = nil
-	d.dead++
-	if d.dead > 64 && d.dead*2 > len(d.list) {
-		live := d.list[:0]
-		for _, x := range d.list {
-			if x.child != nil {
-				live = append(live, x)
-			}
-		}
-		clear(d.list[len(live):])
-		d.list = live
-		d.dead = 0
-	}
-	return c
-}
-
-// next returns the first live entry with seq > after, or nil.
-func (d *dirData) next(after uint64) *dirent {
-	i := sort.Search(len(d.list), func(i int) bool { return d.list[i].seq > after })
-	for ; i < len(d.list); i++ {
-		if d.list[i].child != nil {
-			return d.list[i]
-		}
-	}
-	return nil
-}
-
-// len returns the number of live entries.
-func (d *dirData) len() int { return len(d.byName) }
+// IsDir implements catalog.DirChild.
+func (n *node) IsDir() bool { return n.kind == kindDir }
 
 // tree is the in-memory namespace tree.
 type tree struct {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/ctxmem/ctxmemd/catalog"
 )
 
 // Extended attributes of regular files that expose the tiering core.
@@ -172,7 +174,7 @@ func (f *fsys) setxattr(n *node, name string, data []byte, flags uint32) syscall
 	n.xattrs[name] = v
 	n.ctime = now()
 	n.mu.Unlock()
-	return logged(f.j.apply(putXattr(n, name, v), putNode(n)))
+	return logged(f.j.Apply(catalog.PutXattr(n.ino, name, v), catalog.PutNode(n)))
 }
 
 // setxattr(2) flags.
@@ -196,7 +198,7 @@ func (f *fsys) removexattr(n *node, name string) syscall.Errno {
 	delete(n.xattrs, name)
 	n.ctime = now()
 	n.mu.Unlock()
-	return logged(f.j.apply(delXattr(n, name), putNode(n)))
+	return logged(f.j.Apply(catalog.DelXattr(n.ino, name), catalog.PutNode(n)))
 }
 
 func (f *fsys) listxattr(n *node, dest []byte) (uint32, syscall.Errno) {

@@ -9,7 +9,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
-// Names resolves objects to files (satisfied by *fusefs.Server).
+// Names resolves objects to files (in the daemon: the catalog's name
+// service for Path, the FUSE mount for Writing).
 type Names interface {
 	// Path is the namespace and the path inside it of the file whose
 	// object is id; ok is false when it has no name.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/internal/testchild"
 )
 
@@ -102,7 +103,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	}
 	child.Kill9()
 
-	before, err := loadState(dir)
+	before, err := catalog.LoadExports(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestKill9WithUnflushedWrites(t *testing.T) {
 	if bytes.Equal(got, a) {
 		return
 	}
-	after, err := loadState(dir)
+	after, err := catalog.LoadExports(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,8 @@
 //	err = srv.Serve(ctx, ln) // until ctx ends; once per listener
 //
 // NewServer binds each export to its object (the name → object id map is
-// StateFile in Options.StateDir), so a restart serves the same bytes.
+// StateFile in Options.StateDir, kept by package catalog), so a restart
+// serves the same bytes.
 //
 // # Protocol
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -162,3 +163,7 @@ func (e *export) flags(structured bool) uint16 {
 func (e *export) preferredBlockSize() uint32 {
 	return uint32(max(e.bs, 4096, e.MinBlockSize))
 }
+
+// StateFile is the name of the export map in Options.StateDir (see
+// catalog.ExportFile for its format).
+const StateFile = catalog.ExportFile

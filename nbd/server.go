@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -154,7 +155,7 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 	}
 	s := &Server{be: be, opts: o, log: o.Logger.With("component", "nbd"), byName: map[string]*export{},
 		bufs: newBufPool(), zeros: make([]byte, 1<<20)}
-	doc, err := loadState(o.StateDir)
+	doc, err := catalog.LoadExports(o.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 			// Persist the name before the object gets a size, so that a
 			// crash in between leaves only an empty orphan (deleted below
 			// at the next start).
-			if err := saveState(o.StateDir, doc); err != nil {
+			if err := doc.Save(o.StateDir); err != nil {
 				return nil, err
 			}
 		}
@@ -197,7 +198,7 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 
 // bind finds or creates the object of e; created reports a new object
 // (doc updated, not yet saved).
-func (s *Server) bind(ctx context.Context, e Export, doc *stateDoc) (*export, bool, error) {
+func (s *Server) bind(ctx context.Context, e Export, doc *catalog.ExportMap) (*export, bool, error) {
 	if ent, ok := doc.Exports[e.Name]; ok {
 		info, err := s.be.Stat(ent.ID)
 		switch {
@@ -222,7 +223,7 @@ func (s *Server) bind(ctx context.Context, e Export, doc *stateDoc) (*export, bo
 	if err != nil {
 		return nil, false, fmt.Errorf("nbd: export %q: create object: %w", e.Name, err)
 	}
-	doc.Exports[e.Name] = stateEntry{ID: id, Namespace: e.Namespace, Created: time.Now().UTC()}
+	doc.Exports[e.Name] = catalog.ExportEntry{ID: id, Namespace: e.Namespace, Created: time.Now().UTC()}
 	s.log.Info("export created", "export", e.Name, "object", id, "size", e.Size, "block_size", e.BlockSize)
 	return &export{Export: e, id: id, bs: e.BlockSize}, true, nil
 }
@@ -246,20 +247,13 @@ func (s *Server) size(ctx context.Context, x *export) error {
 }
 
 // deleteOrphans deletes empty NBD objects that no map entry names.
-func (s *Server) deleteOrphans(ctx context.Context, doc stateDoc) {
-	named := make(map[tiering.ObjectID]bool, len(doc.Exports))
-	for _, ent := range doc.Exports {
-		named[ent.ID] = true
-	}
-	for _, info := range s.be.Objects() {
-		if info.Kind != tiering.KindNBD || info.Size != 0 || named[info.ID] {
+func (s *Server) deleteOrphans(ctx context.Context, doc catalog.ExportMap) {
+	for _, id := range doc.Orphans(s.be.Objects(), tiering.KindNBD) {
+		if err := s.be.Delete(ctx, id); err != nil {
+			s.log.Warn("delete orphan export object", "object", id, "err", err)
 			continue
 		}
-		if err := s.be.Delete(ctx, info.ID); err != nil {
-			s.log.Warn("delete orphan export object", "object", info.ID, "err", err)
-			continue
-		}
-		s.log.Info("deleted orphan export object", "object", info.ID)
+		s.log.Info("deleted orphan export object", "object", id)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
@@ -38,38 +39,6 @@ func TestExportValidation(t *testing.T) {
 	}
 	if _, err := (Export{Name: "odd", Size: 1001, MinBlockSize: 1}).withDefaults(); err != nil {
 		t.Errorf("byte-granular export refused: %v", err)
-	}
-}
-
-func TestStateFileAtomicRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	doc, err := loadState(dir)
-	if err != nil || len(doc.Exports) != 0 {
-		t.Fatalf("empty dir: %+v %v", doc, err)
-	}
-	doc.Exports["x"] = stateEntry{ID: 42, Namespace: "nbd"}
-	if err := saveState(dir, doc); err != nil {
-		t.Fatal(err)
-	}
-	got, err := loadState(dir)
-	if err != nil || got.Exports["x"].ID != 42 {
-		t.Fatalf("round trip: %+v %v", got, err)
-	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 || ents[0].Name() != StateFile {
-		t.Fatalf("directory holds %v, want only %s", ents, StateFile)
-	}
-	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(`{"version": 9}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loadState(dir); err == nil {
-		t.Fatal("unknown version accepted")
-	}
-	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(`{`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loadState(dir); err == nil {
-		t.Fatal("corrupt file accepted")
 	}
 }
 
@@ -144,14 +113,14 @@ func TestNewServerBinding(t *testing.T) {
 		t.Fatalf("export object: %+v %v", info, err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, StateFile))
-	var doc stateDoc
+	var doc catalog.ExportMap
 	if err := json.Unmarshal(b, &doc); err != nil || doc.Exports["a"].ID != id {
 		t.Fatalf("state file %s", b)
 	}
 
 	// The map names an object of another kind: refused.
-	doc.Exports["a"] = stateEntry{ID: file, Namespace: "nbd"}
-	if err := saveState(dir, doc); err != nil {
+	doc.Exports["a"] = catalog.ExportEntry{ID: file, Namespace: "nbd"}
+	if err := doc.Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil {
@@ -163,8 +132,8 @@ func TestNewServerBinding(t *testing.T) {
 	if err := st.Truncate(context.Background(), cache, 4096); err != nil {
 		t.Fatal(err)
 	}
-	doc.Exports["a"] = stateEntry{ID: cache, Namespace: "nbd"}
-	if err := saveState(dir, doc); err != nil {
+	doc.Exports["a"] = catalog.ExportEntry{ID: cache, Namespace: "nbd"}
+	if err := doc.Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()}); err == nil || !strings.Contains(err.Error(), "durability class cache") {
@@ -174,8 +143,8 @@ func TestNewServerBinding(t *testing.T) {
 	if err := st.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	doc.Exports["a"] = stateEntry{ID: id, Namespace: "nbd"}
-	if err := saveState(dir, doc); err != nil {
+	doc.Exports["a"] = catalog.ExportEntry{ID: id, Namespace: "nbd"}
+	if err := doc.Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	srv, err = NewServer(context.Background(), st, []Export{{Name: "a", Size: 1 << 20}}, Options{StateDir: dir, Logger: testLogger()})

@@ -32,8 +32,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
-// Files is what the agent needs from the FUSE front end (implemented by
-// *fusefs.Server): naming objects by namespace and path, and dropping a
+// Files is what the agent needs from the catalog (implemented by
+// *catalog.Names): naming objects by namespace and path, and dropping a
 // namespace.
 type Files interface {
 	// Path returns the namespace and path of the file whose object is id.

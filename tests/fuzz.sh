@@ -33,8 +33,8 @@ TARGETS=(
   ./fabric/pool:FuzzSuperblock
   ./fabric/pool:FuzzRecordHeader
   ./fabric/pool:FuzzExtentHeader
-  ./fusefs:FuzzJournal
-  ./fusefs:FuzzNodeRecord
+  ./catalog:FuzzJournal
+  ./catalog:FuzzNodeRecord
   ./sidecar/msg:FuzzDecode
   ./config:FuzzYAML
   ./tiering:FuzzObjectRecord

@@ -86,7 +86,7 @@ func (d *daemon) startControl(ctx context.Context) error {
 		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
 		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
 		ApplyKnobs: d.applyKnobs, Knobs: d.knobs, Sharing: sharing,
-	}, d.store, d.fuse)
+	}, d.store, d.names)
 	if err != nil {
 		return err
 	}

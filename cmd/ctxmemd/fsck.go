@@ -540,10 +540,10 @@ func maintProviderErr(err error) error {
 // objectName names an object for fsck's report: its file's path on the
 // mount ("ns/dir/file"), or "" (an NBD export, a file already removed).
 func (d *daemon) objectName(id tiering.ObjectID) string {
-	if d.fuse == nil {
+	if d.names == nil {
 		return ""
 	}
-	if ns, p, ok := d.fuse.Path(id); ok {
+	if ns, p, ok := d.names.Path(id); ok {
 		return ns + "/" + p
 	}
 	return ""

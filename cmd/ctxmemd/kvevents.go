@@ -115,14 +115,15 @@ func (d *daemon) closeKVEvents() {
 	}
 }
 
-// fuseNames is the tracker's view of the mount (set once it is mounted).
+// fuseNames is the tracker's view of names (the catalog) and of open files
+// (the mount), both set once it is mounted.
 type fuseNames struct{ d *daemon }
 
 func (n fuseNames) Path(id tiering.ObjectID) (string, string, bool) {
-	if n.d.fuse == nil {
+	if n.d.names == nil {
 		return "", "", false
 	}
-	return n.d.fuse.Path(id)
+	return n.d.names.Path(id)
 }
 
 func (n fuseNames) Writing(id tiering.ObjectID) bool {

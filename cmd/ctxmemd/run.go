@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ctxmem/ctxmemd/admin"
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/config"
 	"github.com/ctxmem/ctxmemd/fabric"
 	"github.com/ctxmem/ctxmemd/fusefs"
@@ -50,8 +51,12 @@ type daemon struct {
 	g4      *g4.Tier
 	store   *tiering.Store
 	fuse    *fusefs.Server
-	nbd     *nbd.Server // nil without --nbd
-	kv      *kvState    // nil without kv_events
+	// names is the catalog's name service on the mount's tree (nil until
+	// mounted): what the sidecar, admin, fsck and KV events resolve
+	// objects and paths with.
+	names *catalog.Names
+	nbd   *nbd.Server // nil without --nbd
+	kv    *kvState    // nil without kv_events
 	// values is what each namespace's lookup hits are worth
 	// (tokens_per_block, prefill_us_per_token), by name; replaced by a
 	// reload.
@@ -308,6 +313,7 @@ func (d *daemon) open(ctx context.Context) error {
 		return fmt.Errorf("mount %s: %w", cfg.Mount, err)
 	}
 	d.fuse = fs
+	d.names = catalog.NewNames(fs.Tree(), st, d.log.With("component", "catalog"))
 	d.startKVEvents(ctx)
 
 	if link := d.poolLink(ctx); link != "" {
@@ -714,10 +720,10 @@ func (d *daemon) SetPinned(ctx context.Context, path string, pinned bool) error 
 // Errors wrap admin.ErrNotFound (no such file) or fs.ErrInvalid.
 func (d *daemon) object(path string) (tiering.ObjectID, error) {
 	ns, rel, _ := strings.Cut(strings.TrimPrefix(filepath.Clean("/"+path), "/"), "/")
-	if d.fuse == nil {
+	if d.names == nil {
 		return 0, fmt.Errorf("%s: no mount: %w", path, admin.ErrNotFound)
 	}
-	id, err := d.fuse.Lookup(ns, rel)
+	id, err := d.names.Lookup(ns, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("%s: %w", path, admin.ErrNotFound)
 	}

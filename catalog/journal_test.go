@@ -1,7 +1,9 @@
-package fusefs
+package catalog
 
 import (
 	"bytes"
+	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -53,36 +55,36 @@ func TestWALFrames(t *testing.T) {
 func TestJournalRotateAndReplay(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tree.db")
-	db, err := openTreeDB(path)
+	db, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	// Commits happen only when forced (sync): kicks wait out the hour.
-	j, err := openJournal(db, path, 0, testLogger(), time.Hour, time.Hour, func() uint64 { return 1000 })
+	j, err := db.OpenJournal(JournalConfig{Logger: testLogger(), Interval: time.Hour, Gap: time.Hour,
+		NextIno: func() uint64 { return 1000 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	j.mu.Lock()
 	j.rotate = 512
 	j.mu.Unlock()
-	parent := &node{ino: 5, kind: kindDir}
 	for i := 0; i < 200; i++ {
-		n := &node{ino: uint64(100 + i), kind: kindFile, obj: 1}
-		if err := j.apply(putNode(n), putDirent(parent, "f"+string(rune('a'+i%26))+string(rune('0'+i/26)), n)); err != nil {
+		n := &testNode{ino: uint64(100 + i), rec: Record{Kind: KindFile, Obj: 1}}
+		if err := j.Apply(PutNode(n), PutDirent(5, "f"+string(rune('a'+i%26))+string(rune('0'+i/26)), n.ino)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := j.sync(); err != nil {
+	if err := j.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	// Full files were rotated out and deleted once committed; at most
 	// the current one is left.
-	if files, _ := walFiles(path); len(files) > 1 {
+	if files, _ := WALFiles(path); len(files) > 1 {
 		t.Errorf("log files after commits: %v", files)
 	}
 	var applied []byte
-	db.View(func(tx *bolt.Tx) error {
+	db.db.View(func(tx *bolt.Tx) error {
 		applied = append(applied, tx.Bucket(bucketMeta).Get(keyAppliedSeq)...)
 		return nil
 	})
@@ -91,35 +93,70 @@ func TestJournalRotateAndReplay(t *testing.T) {
 	}
 	// Log a change the committer does not write, then stop without the
 	// final bookkeeping, as a crash would.
-	extra := &node{ino: 999, kind: kindFile, obj: 2}
-	if err := j.apply(putNode(extra), putDirent(parent, "late", extra)); err != nil {
+	extra := &testNode{ino: 999, rec: Record{Kind: KindFile, Obj: 2}}
+	if err := j.Apply(PutNode(extra), PutDirent(5, "late", extra.ino)); err != nil {
 		t.Fatal(err)
 	}
 	var inDB bool
-	db.View(func(tx *bolt.Tx) error {
+	db.db.View(func(tx *bolt.Tx) error {
 		inDB = tx.Bucket(bucketDirents).Get(direntKey(5, "late")) != nil
 		return nil
 	})
 	if inDB {
 		t.Fatal("late change committed despite the gap")
 	}
-	seq, err := replayWAL(db, path, testLogger())
+	seq, err := db.Replay(testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if seq != 201 {
 		t.Errorf("replayed up to seq %d, want 201", seq)
 	}
-	db.View(func(tx *bolt.Tx) error {
+	db.db.View(func(tx *bolt.Tx) error {
 		inDB = tx.Bucket(bucketDirents).Get(direntKey(5, "late")) != nil
 		return nil
 	})
 	if !inDB {
 		t.Fatal("logged change not replayed")
 	}
-	if files, _ := walFiles(path); len(files) != 0 {
+	if files, _ := WALFiles(path); len(files) != 0 {
 		t.Errorf("log files after replay: %v", files)
 	}
 	close(j.stop)
 	<-j.done
+}
+
+// testNode is a fixed node record.
+type testNode struct {
+	ino uint64
+	rec Record
+}
+
+func (n *testNode) Ino() uint64    { return n.ino }
+func (n *testNode) Record() Record { return n.rec }
+
+func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAddNamespace: a namespace is recorded once, with its directory.
+func TestAddNamespace(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "tree.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	id := Identity{ModelID: "m", BlockSize: 4096}
+	root := &testNode{ino: 9, rec: Record{Kind: KindDir, Mode: 0o750}}
+	if err := db.AddNamespace("a", id, root); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddNamespace("a", id, &testNode{ino: 10, rec: root.rec}); !errors.Is(err, ErrNamespaceRecorded) {
+		t.Fatalf("second add: %v, want ErrNamespaceRecorded", err)
+	}
+	l, err := db.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := l.Namespaces["a"]; r.Ino != 9 || r.Identity != id || l.Nodes[9] != root.rec || len(l.Nodes) != 1 {
+		t.Fatalf("recorded %+v, nodes %+v", r, l.Nodes)
+	}
 }

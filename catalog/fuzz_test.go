@@ -1,4 +1,4 @@
-package fusefs
+package catalog
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/ctxmem/ctxmemd/internal/fuzzkit"
-	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 // frameOf frames payload as the journal does: length, CRC32C, payload.
@@ -85,44 +84,39 @@ func FuzzJournal(f *testing.F) {
 	})
 }
 
-// FuzzNodeRecord checks decodeNode (treedb.go), the parser of the tree
+// FuzzNodeRecord checks decodeNode (schema.go), the parser of the tree
 // database's node values: it never panics; a record it accepts has a known
 // kind and re-encodes to exactly the same bytes; decode(encode(n)) == n.
 func FuzzNodeRecord(f *testing.F) {
-	file := &node{kind: kindFile, mode: 0o644, uid: 1000, gid: 1000, atime: 1, mtime: 2, ctime: 3, obj: 42}
-	link := &node{kind: kindSymlink, mode: 0o777, target: "../a/b"}
-	dir := &node{kind: kindDir, mode: 0o755, atime: -1}
-	bad := encodeNode(dir)
+	file := Record{Kind: KindFile, Mode: 0o644, UID: 1000, GID: 1000, Atime: 1, Mtime: 2, Ctime: 3, Obj: 42}
+	link := Record{Kind: KindSymlink, Mode: 0o777, Target: "../a/b"}
+	dir := Record{Kind: KindDir, Mode: 0o755, Atime: -1}
+	bad := dir.Encode()
 	bad[1] = 9
 	fuzzkit.Seed(f,
-		fuzzkit.C("file", encodeNode(file), "", uint32(0o644), uint32(0), int64(0), uint64(7), byte(kindFile)),
-		fuzzkit.C("symlink", encodeNode(link), "../a/b", uint32(0o777), uint32(1), int64(-5), uint64(0), byte(kindSymlink)),
-		fuzzkit.C("dir", encodeNode(dir), "", uint32(0o1777), uint32(2), int64(1<<62), uint64(1), byte(kindDir)),
+		fuzzkit.C("file", file.Encode(), "", uint32(0o644), uint32(0), int64(0), uint64(7), byte(KindFile)),
+		fuzzkit.C("symlink", link.Encode(), "../a/b", uint32(0o777), uint32(1), int64(-5), uint64(0), byte(KindSymlink)),
+		fuzzkit.C("dir", dir.Encode(), "", uint32(0o1777), uint32(2), int64(1<<62), uint64(1), byte(KindDir)),
 		fuzzkit.C("badkind", bad, "x", uint32(0), uint32(0), int64(0), uint64(0), byte(0)),
-		fuzzkit.C("short", encodeNode(file)[:45], "", uint32(0), uint32(0), int64(0), uint64(0), byte(4)),
+		fuzzkit.C("short", file.Encode()[:45], "", uint32(0), uint32(0), int64(0), uint64(0), byte(4)),
 	)
 	f.Fuzz(func(t *testing.T, raw []byte, target string, mode, id uint32, ts int64, obj uint64, kind byte) {
-		if r, err := decodeNode(raw); err == nil {
-			if r.kind < kindDir || r.kind > kindSymlink {
-				t.Fatalf("accepted kind %d", r.kind)
+		if r, err := DecodeRecord(raw); err == nil {
+			if r.Kind < KindDir || r.Kind > KindSymlink {
+				t.Fatalf("accepted kind %d", r.Kind)
 			}
-			if re := encodeNode(nodeOf(r)); !bytes.Equal(re, raw) {
+			if re := r.Encode(); !bytes.Equal(re, raw) {
 				t.Fatalf("node record re-encodes differently:\n got %x\nwant %x", re, raw)
 			}
 		} else if err.Error() == "" {
 			t.Fatal("empty error")
 		}
 
-		want := nodeRecord{kind: nodeKind(kind), mode: mode, uid: id, gid: id + 1, atime: ts, mtime: ts + 1, ctime: ts - 1, obj: obj, target: target}
-		got, err := decodeNode(encodeNode(nodeOf(want)))
-		valid := want.kind >= kindDir && want.kind <= kindSymlink
+		want := Record{Kind: Kind(kind), Mode: mode, UID: id, GID: id + 1, Atime: ts, Mtime: ts + 1, Ctime: ts - 1, Obj: obj, Target: target}
+		got, err := DecodeRecord(want.Encode())
+		valid := want.Kind >= KindDir && want.Kind <= KindSymlink
 		if (err == nil) != valid || (valid && !reflect.DeepEqual(got, want)) {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", want, got, err)
 		}
 	})
-}
-
-func nodeOf(r nodeRecord) *node {
-	return &node{kind: r.kind, mode: r.mode, uid: r.uid, gid: r.gid, atime: r.atime, mtime: r.mtime,
-		ctime: r.ctime, obj: tiering.ObjectID(r.obj), target: r.target}
 }

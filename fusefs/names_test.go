@@ -10,12 +10,15 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
+// TestPathLookupDrop: the catalog's name service on a mount's tree.
 func TestPathLookupDrop(t *testing.T) {
 	m := mount(t, nil, Options{})
+	names := catalog.NewNames(m.srv.Tree(), m.be, testLogger())
 	root := m.ns("")
 	if err := os.MkdirAll(filepath.Join(root, "sess/a"), 0o755); err != nil {
 		t.Fatal(err)
@@ -28,22 +31,22 @@ func TestPathLookupDrop(t *testing.T) {
 	}
 	for _, f := range files {
 		id := m.obj(filepath.Join(root, f))
-		ns, p, ok := m.srv.Path(id)
+		ns, p, ok := names.Path(id)
 		if !ok || ns != DefaultNamespace || p != f {
 			t.Fatalf("Path(%d) = %q %q %v, want %q", id, ns, p, ok, f)
 		}
-		got, err := m.srv.Lookup(DefaultNamespace, "/"+f)
+		got, err := names.Lookup(DefaultNamespace, "/"+f)
 		if err != nil || got != id {
 			t.Fatalf("Lookup(%s) = %d, %v; want %d", f, got, err, id)
 		}
 	}
-	if _, err := m.srv.Lookup(DefaultNamespace, "sess/a"); !errors.Is(err, fs.ErrInvalid) {
+	if _, err := names.Lookup(DefaultNamespace, "sess/a"); !errors.Is(err, fs.ErrInvalid) {
 		t.Fatalf("Lookup of a directory: %v", err)
 	}
-	if _, err := m.srv.Lookup(DefaultNamespace, "sess/nope"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := names.Lookup(DefaultNamespace, "sess/nope"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Lookup of a missing name: %v", err)
 	}
-	if _, err := m.srv.Lookup("nope", "top"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := names.Lookup("nope", "top"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Lookup in a missing namespace: %v", err)
 	}
 	// A renamed file reports its new path.
@@ -51,11 +54,11 @@ func TestPathLookupDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := m.obj(filepath.Join(root, "sess/moved"))
-	if _, p, ok := m.srv.Path(id); !ok || p != "sess/moved" {
+	if _, p, ok := names.Path(id); !ok || p != "sess/moved" {
 		t.Fatalf("Path after rename = %q %v", p, ok)
 	}
 
-	n, err := m.srv.DropNamespace(context.Background(), DefaultNamespace)
+	n, err := names.DropNamespace(context.Background(), DefaultNamespace)
 	if err != nil || n != 3 {
 		t.Fatalf("DropNamespace = %d, %v; want 3 files", n, err)
 	}
@@ -73,7 +76,7 @@ func TestPathLookupDrop(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d objects left in the backend after drop", left)
 	}
-	if _, err := m.srv.DropNamespace(context.Background(), "nope"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := names.DropNamespace(context.Background(), "nope"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("drop of a missing namespace: %v", err)
 	}
 }

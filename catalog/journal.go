@@ -1,4 +1,4 @@
-package fusefs
+package catalog
 
 import (
 	"encoding/binary"
@@ -18,19 +18,19 @@ import (
 // The journal makes tree changes durable and copies them into the tree
 // database.
 //
-// apply appends each change to a write-ahead log (TreePath.wal.<first
-// seq>, one write(2) per change, no fsync) and returns: the change then
+// Apply appends each change to a write-ahead log (path.wal.<first seq>,
+// one write(2) per change, no fsync) and returns: the change then
 // survives kill -9 of the daemon (it is in the OS page cache) but not a
 // power failure, and costs no disk flush. A committer goroutine copies
 // queued changes into the bbolt database in batches, at most every
-// DefaultCommitGap, and records the last sequence number applied (meta
+// JournalConfig.Gap, and records the last sequence number applied (meta
 // "applied_seq") in the same transaction; log files whose records are all
 // applied are deleted once the log passes walRotateBytes. When the
-// database is opened, records past applied_seq are replayed.
+// database is opened, DB.Replay applies the records past applied_seq.
 //
-// Attribute-only changes (touch: the mtime of a write, utimensat) are not
-// logged; they reach the database with the next batch or within the commit
-// interval.
+// Attribute-only changes (Touch: the mtime of a write, utimensat) are not
+// logged; they reach the database with the next batch or within
+// JournalConfig.Interval.
 //
 // Log framing: payload length (u32) ‖ CRC32C of payload (u32) ‖ payload,
 // little-endian; payload = seq (u64) ‖ op count (u16) ‖ ops, each op =
@@ -45,10 +45,7 @@ const (
 	walSuffix        = ".wal."
 )
 
-var (
-	keyAppliedSeq = []byte("applied_seq")
-	castagnoli    = crc32.MakeTable(crc32.Castagnoli)
-)
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // walOp is a logged op in replayable form.
 type walOp struct {
@@ -58,12 +55,14 @@ type walOp struct {
 	val  []byte
 }
 
-func (o op) wal(rec []byte) walOp {
+func (o Op) wal() walOp {
 	switch o.kind {
-	case opPutNode, opDelNode:
-		return walOp{kind: o.kind, a: o.n.ino, val: rec}
+	case opPutNode:
+		return walOp{kind: o.kind, a: o.ino, val: o.n.Record().Encode()}
+	case opDelNode:
+		return walOp{kind: o.kind, a: o.ino}
 	}
-	return walOp{kind: o.kind, a: o.parent, b: o.child, name: o.name, val: o.value}
+	return walOp{kind: o.kind, a: o.ino, b: o.child, name: o.name, val: o.value}
 }
 
 func encodeFrame(seq uint64, ops []walOp) []byte {
@@ -145,18 +144,20 @@ func decodePayload(p []byte) ([]walOp, uint64, error) {
 	return ops, seq, nil
 }
 
-// walFiles lists the log files of the database at base, oldest first.
-func walFiles(base string) ([]string, error) {
-	files, err := filepath.Glob(base + walSuffix + "*")
+// WALFiles lists the write-ahead log files of the tree database at path,
+// oldest first.
+func WALFiles(path string) ([]string, error) {
+	files, err := filepath.Glob(path + walSuffix + "*")
 	sort.Strings(files) // names end in a zero-padded first seq
 	return files, err
 }
 
-// replayWAL applies the logged changes past the database's applied_seq,
-// deletes the log files, and returns the last sequence number.
-func replayWAL(db *bolt.DB, base string, log *slog.Logger) (uint64, error) {
+// Replay applies the logged changes past the database's applied_seq,
+// fdatasyncs the database, deletes the log files, and returns the last
+// sequence number (to give to OpenJournal).
+func (d *DB) Replay(log *slog.Logger) (uint64, error) {
 	var applied uint64
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := d.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyAppliedSeq); len(v) == 8 {
 			applied = binary.BigEndian.Uint64(v)
 		}
@@ -164,7 +165,7 @@ func replayWAL(db *bolt.DB, base string, log *slog.Logger) (uint64, error) {
 	}); err != nil {
 		return 0, err
 	}
-	files, err := walFiles(base)
+	files, err := WALFiles(d.path)
 	if err != nil {
 		return 0, err
 	}
@@ -182,7 +183,7 @@ func replayWAL(db *bolt.DB, base string, log *slog.Logger) (uint64, error) {
 			last = max(last, seq)
 		})
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = d.db.Update(func(tx *bolt.Tx) error {
 		nb, db, xb := tx.Bucket(bucketNodes), tx.Bucket(bucketDirents), tx.Bucket(bucketXattrs)
 		for _, ops := range todo {
 			for _, o := range ops {
@@ -215,7 +216,7 @@ func replayWAL(db *bolt.DB, base string, log *slog.Logger) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("replay tree log: %w", err)
 	}
-	if err := db.Sync(); err != nil {
+	if err := d.db.Sync(); err != nil {
 		return 0, err
 	}
 	for _, f := range files {
@@ -224,7 +225,7 @@ func replayWAL(db *bolt.DB, base string, log *slog.Logger) (uint64, error) {
 		}
 	}
 	if len(todo) > 0 {
-		log.Info("fusefs: replayed tree log", "changes", len(todo), "last_seq", last)
+		log.Info("catalog: replayed tree log", "changes", len(todo), "last_seq", last)
 	}
 	return last, nil
 }
@@ -234,16 +235,30 @@ type retiredWAL struct {
 	last uint64 // last seq it holds
 }
 
-// journal: see the comment at the top of this file.
-type journal struct {
-	db       *bolt.DB
-	base     string
-	log      *slog.Logger
-	interval time.Duration // attribute-only changes
-	gap      time.Duration // logged changes
-	rotate   int64         // log size (bytes) that starts a new file
-	nextIno  func() uint64
+// JournalConfig configures OpenJournal.
+type JournalConfig struct {
+	// Seq is the last sequence number DB.Replay returned.
+	Seq uint64
+	// Logger receives commit failures.
+	Logger *slog.Logger
+	// Interval is the longest time an attribute-only change (Touch) waits
+	// for a commit (> 0).
+	Interval time.Duration
+	// Gap is the least time between two commits of logged changes (> 0;
+	// DefaultCommitGap is the mount's).
+	Gap time.Duration
+	// NextIno returns the next inode number to hand out; Close records it.
+	NextIno func() uint64
+}
 
+// Journal is the write-ahead log of a DB and its committer goroutine (see
+// the comment at the top of journal.go). Its methods are safe for
+// concurrent use; the goroutine runs from OpenJournal to Close.
+type Journal struct {
+	db     *DB
+	log    *slog.Logger
+	cfg    JournalConfig
+	rotate int64 // log size (bytes) that starts a new file
 	kick   chan struct{}
 	urgent chan struct{}
 	stop   chan struct{}
@@ -254,23 +269,21 @@ type journal struct {
 	wal       *os.File
 	walSize   int64
 	retired   []retiredWAL
-	nodes     map[*node]bool // true: put, false: delete
-	dirents   map[dkey]uint64
-	xattrs    map[xkey][]byte // nil value: delete
-	seq       uint64          // last seq handed out
-	committed uint64          // last seq in the database
-	failed    uint64          // last seq whose commit failed
+	q         *batch
+	seq       uint64 // last seq handed out
+	committed uint64 // last seq in the database
+	failed    uint64 // last seq whose commit failed
 	failErr   error
 }
 
-// openJournal starts the journal after replayWAL returned seq.
-func openJournal(db *bolt.DB, base string, seq uint64, log *slog.Logger, interval, gap time.Duration, nextIno func() uint64) (*journal, error) {
-	j := &journal{
-		db: db, base: base, log: log, interval: interval, gap: gap, rotate: walRotateBytes, nextIno: nextIno,
+// OpenJournal starts the journal of d after DB.Replay: it opens a new log
+// file and starts the committer. Errors: the log file cannot be created.
+func (d *DB) OpenJournal(cfg JournalConfig) (*Journal, error) {
+	j := &Journal{
+		db: d, log: cfg.Logger, cfg: cfg, rotate: walRotateBytes,
 		kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		nodes: map[*node]bool{}, dirents: map[dkey]uint64{}, xattrs: map[xkey][]byte{},
-		seq: seq, committed: seq,
+		q: newBatch(), seq: cfg.Seq, committed: cfg.Seq,
 	}
 	j.cond.L = &j.mu
 	if err := j.openWAL(); err != nil {
@@ -281,10 +294,10 @@ func openJournal(db *bolt.DB, base string, seq uint64, log *slog.Logger, interva
 }
 
 // openWAL starts a new log file for the records after j.seq; j.mu held.
-func (j *journal) openWAL() error {
-	f, err := os.OpenFile(fmt.Sprintf("%s%s%020d", j.base, walSuffix, j.seq+1), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
+func (j *Journal) openWAL() error {
+	f, err := os.OpenFile(fmt.Sprintf("%s%s%020d", j.db.path, walSuffix, j.seq+1), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("fusefs: open tree log: %w", err)
+		return fmt.Errorf("catalog: open tree log: %w", err)
 	}
 	j.wal, j.walSize = f, 0
 	return nil
@@ -292,7 +305,7 @@ func (j *journal) openWAL() error {
 
 // retireWAL closes the current log file; it is deleted once every record
 // in it is in the database. j.mu held.
-func (j *journal) retireWAL() {
+func (j *Journal) retireWAL() {
 	if j.wal == nil {
 		return
 	}
@@ -301,17 +314,17 @@ func (j *journal) retireWAL() {
 	j.wal = nil
 }
 
-// apply logs ops as one atomic change and queues them for the database.
+// Apply logs ops as one atomic change and queues them for the database.
 // It returns an error only if the change could be made durable neither
-// in the log nor in the database.
-func (j *journal) apply(ops ...op) error {
+// in the log nor in the database. Only the node, dirent and xattr ops may
+// be journaled (PutNamespace and SetNextIno are DB.Write's).
+func (j *Journal) Apply(ops ...Op) error {
 	wops := make([]walOp, len(ops))
 	for i, o := range ops {
-		var rec []byte
-		if o.kind == opPutNode {
-			rec = encodeNode(o.n)
+		if o.kind > opDelXattr {
+			return fmt.Errorf("catalog: op %d cannot be journaled", o.kind)
 		}
-		wops[i] = o.wal(rec)
+		wops[i] = o.wal()
 	}
 	j.mu.Lock()
 	j.seq++
@@ -329,7 +342,7 @@ func (j *journal) apply(ops ...op) error {
 		}
 	}
 	for _, o := range ops {
-		j.queue(o)
+		j.q.add(o)
 	}
 	j.mu.Unlock()
 	if err == nil {
@@ -339,44 +352,21 @@ func (j *journal) apply(ops ...op) error {
 		}
 		return nil
 	}
-	j.log.Error("fusefs: tree log write failed; waiting for the database instead", "err", err)
+	j.log.Error("catalog: tree log write failed; waiting for the database instead", "err", err)
 	return j.wait(seq, true)
 }
 
-// queue adds o to the changes for the next commit; j.mu held.
-func (j *journal) queue(o op) {
-	switch o.kind {
-	case opPutNode:
-		j.nodes[o.n] = true
-	case opDelNode:
-		j.nodes[o.n] = false
-		for k := range j.xattrs {
-			if k.ino == o.n.ino {
-				delete(j.xattrs, k)
-			}
-		}
-	case opPutDirent:
-		j.dirents[dkey{o.parent, o.name}] = o.child
-	case opDelDirent:
-		j.dirents[dkey{o.parent, o.name}] = 0
-	case opPutXattr:
-		j.xattrs[xkey{o.parent, o.name}] = o.value
-	case opDelXattr:
-		j.xattrs[xkey{o.parent, o.name}] = nil
-	}
-}
-
-// touch queues a rewrite of n's record without logging it.
-func (j *journal) touch(n *node) {
+// Touch queues a rewrite of n's record without logging it.
+func (j *Journal) Touch(n Node) {
 	j.mu.Lock()
-	if _, ok := j.nodes[n]; !ok {
-		j.nodes[n] = true
+	if _, ok := j.q.nodes[n.Ino()]; !ok {
+		j.q.nodes[n.Ino()] = n
 	}
 	j.mu.Unlock()
 }
 
 // wait blocks until seq is in the database, committing at once if urgent.
-func (j *journal) wait(seq uint64, urgent bool) error {
+func (j *Journal) wait(seq uint64, urgent bool) error {
 	if urgent {
 		select {
 		case j.urgent <- struct{}{}:
@@ -394,11 +384,12 @@ func (j *journal) wait(seq uint64, urgent bool) error {
 	return nil
 }
 
-// sync writes everything queued so far, attribute changes included, to the
-// database and fdatasyncs it: the tree then survives a power failure.
-func (j *journal) sync() error {
+// Sync writes everything queued so far, attribute changes included, to
+// the database and fdatasyncs it: the tree then survives a power failure.
+// Errors: the commit or the fdatasync failed (the changes stay queued).
+func (j *Journal) Sync() error {
 	j.mu.Lock()
-	if j.committed == j.seq && (len(j.nodes) > 0 || len(j.dirents) > 0 || len(j.xattrs) > 0) {
+	if j.committed == j.seq && !j.q.empty() {
 		j.seq++ // only unlogged touches are queued: make wait commit them
 	}
 	seq := j.seq
@@ -409,25 +400,22 @@ func (j *journal) sync() error {
 	return j.db.Sync()
 }
 
-// close commits what is queued, stops the committer, removes the log and
+// Close commits what is queued, stops the committer, removes the log and
 // records the next inode number (commits do not: after a crash the
 // largest recorded inode number is enough, since node ids need only be
-// unique within one mount).
-func (j *journal) close() {
+// unique within one mount). The DB stays open.
+func (j *Journal) Close() {
 	close(j.stop)
 	<-j.done
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	clean := j.committed == j.seq
 	j.retireWAL()
-	next := j.nextIno()
-	if err := j.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyNextIno, u64(next))
-	}); err != nil {
-		j.log.Error("fusefs: record next inode number", "err", err)
+	if err := j.db.Write(SetNextIno(j.cfg.NextIno())); err != nil {
+		j.log.Error("catalog: record next inode number", "err", err)
 	}
 	if err := j.db.Sync(); err != nil {
-		j.log.Error("fusefs: sync tree database", "err", err)
+		j.log.Error("catalog: sync tree database", "err", err)
 		clean = false
 	}
 	if clean {
@@ -437,9 +425,9 @@ func (j *journal) close() {
 	}
 }
 
-func (j *journal) run() {
+func (j *Journal) run() {
 	defer close(j.done)
-	tick := time.NewTicker(j.interval)
+	tick := time.NewTicker(j.cfg.Interval)
 	defer tick.Stop()
 	last := time.Now()
 	for {
@@ -447,7 +435,7 @@ func (j *journal) run() {
 		case <-j.urgent:
 		case <-j.kick:
 			// Batch: at most one commit per gap.
-			if gap := j.gap - time.Since(last); gap > 0 {
+			if gap := j.cfg.Gap - time.Since(last); gap > 0 {
 				t := time.NewTimer(gap)
 				select {
 				case <-t.C:
@@ -467,87 +455,38 @@ func (j *journal) run() {
 }
 
 // commit writes everything queued in one transaction.
-func (j *journal) commit() {
+func (j *Journal) commit() {
 	j.mu.Lock()
-	if len(j.nodes) == 0 && len(j.dirents) == 0 && len(j.xattrs) == 0 {
+	if j.q.empty() {
 		j.committed = j.seq
 		j.cond.Broadcast()
 		j.mu.Unlock()
 		return
 	}
-	nodes, dirents, xattrs := j.nodes, j.dirents, j.xattrs
-	j.nodes, j.dirents, j.xattrs = map[*node]bool{}, map[dkey]uint64{}, map[xkey][]byte{}
-	seq := j.seq
+	b := j.q
+	j.q = newBatch()
+	b.seq = j.seq
 	if j.walSize > j.rotate {
 		j.retireWAL()
 	}
 	j.mu.Unlock()
 
-	// Keys are written in ascending order: bbolt splits nodes only at
-	// commit, so random-order inserts into one big transaction would
-	// cost a memmove of the whole leaf each.
-	recs := make([]kv, 0, len(nodes))
-	for n, put := range nodes {
-		var v []byte
-		if put {
-			v = encodeNode(n)
-		}
-		recs = append(recs, kv{u64(n.ino), v})
-	}
-	dents := make([]kv, 0, len(dirents))
-	for k, child := range dirents {
-		var v []byte
-		if child != 0 {
-			v = u64(child)
-		}
-		dents = append(dents, kv{direntKey(k.parent, k.name), v})
-	}
-	xs := make([]kv, 0, len(xattrs))
-	for k, v := range xattrs {
-		xs = append(xs, kv{direntKey(k.ino, k.name), v})
-	}
-	err := j.db.Update(func(tx *bolt.Tx) error {
-		xb := tx.Bucket(bucketXattrs)
-		if err := putSorted(tx.Bucket(bucketNodes), recs, func(k []byte) error { return deletePrefix(xb, k) }); err != nil {
-			return err
-		}
-		if err := putSorted(tx.Bucket(bucketDirents), dents, nil); err != nil {
-			return err
-		}
-		if err := putSorted(xb, xs, nil); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMeta).Put(keyAppliedSeq, u64(seq))
-	})
+	err := j.db.db.Update(b.write)
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err != nil {
-		j.log.Error("fusefs: tree database commit failed; changes stay queued", "err", err)
+		j.log.Error("catalog: tree database commit failed; changes stay queued", "err", err)
 		// Queue the batch again unless newer changes superseded it.
-		for n, put := range nodes {
-			if _, ok := j.nodes[n]; !ok {
-				j.nodes[n] = put
-			}
-		}
-		for k, v := range dirents {
-			if _, ok := j.dirents[k]; !ok {
-				j.dirents[k] = v
-			}
-		}
-		for k, v := range xattrs {
-			if _, ok := j.xattrs[k]; !ok {
-				j.xattrs[k] = v
-			}
-		}
-		j.failed, j.failErr = seq, err
+		j.q.requeue(b)
+		j.failed, j.failErr = b.seq, err
 		j.cond.Broadcast()
 		return
 	}
-	j.committed = max(j.committed, seq)
+	j.committed = max(j.committed, b.seq)
 	keep := j.retired[:0]
 	for _, r := range j.retired {
-		if r.last <= seq {
+		if r.last <= b.seq {
 			os.Remove(r.path)
 		} else {
 			keep = append(keep, r)
