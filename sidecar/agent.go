@@ -67,10 +67,6 @@ type Config struct {
 	Namespaces []string
 	// HeatHalfLife is the object heat half-life (default heat's 60 s).
 	HeatHalfLife time.Duration
-	// ApplyKnobs applies a set_knobs command; nil refuses such commands.
-	ApplyKnobs func(msg.Knobs) error
-	// Knobs returns the current knobs for reports; nil reports none.
-	Knobs func() msg.Knobs
 	// Sharing is the shared pool (G3.5), or nil.
 	Sharing *Sharing
 	// Log receives the agent's logs (default slog.Default()).

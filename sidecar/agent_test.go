@@ -3,7 +3,6 @@ package sidecar
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -128,13 +127,7 @@ func (r *rig) hostAt(t *testing.T, name, mount string) (*Agent, *files, func()) 
 		t.Fatal(err)
 	}
 	f := &files{byPath: map[string]tiering.ObjectID{}, st: st}
-	a, err := New(Config{Host: name, Mount: mount, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond,
-		ApplyKnobs: func(k msg.Knobs) error {
-			if k.ColdThreshold > 100 {
-				return fmt.Errorf("cold threshold %v out of range", k.ColdThreshold)
-			}
-			return nil
-		}}, st, f)
+	a, err := New(Config{Host: name, Mount: mount, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond}, st, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +271,17 @@ func TestCommandsIdempotentAndMalformedDropped(t *testing.T) {
 	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSetKnobs, Knobs: &msg.Knobs{ColdThreshold: 500}})
 	if err != nil || ack.Status != msg.AckRefused {
 		t.Fatalf("bad knobs: %+v %v", ack, err)
+	}
+	// Good knobs reach the core, and the next report carries them.
+	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpSetKnobs, Knobs: &msg.Knobs{ColdThreshold: 20, DRAMHigh: 0.8}})
+	if err != nil || ack.Status != msg.AckOK {
+		t.Fatalf("knobs: %+v %v", ack, err)
+	}
+	if hk, lim := fa.st.HeatKnobs(), fa.st.G2Limits(); hk.Cold != 20 || lim.High != 0.8 {
+		t.Fatalf("after set_knobs: heat %+v, G2 %+v", hk, lim)
+	}
+	if k := a.BuildReport(time.Now()).Knobs; k.ColdThreshold != 20 || k.DRAMHigh != 0.8 {
+		t.Fatalf("report knobs %+v", k)
 	}
 	ack, err = client.Control(ctx, r.nc, r.names, msg.Command{Host: "host-a", Op: msg.OpDropNamespace, Namespace: "default"})
 	if err != nil || ack.Status != msg.AckOK || ack.Blocks != 1 {

@@ -169,10 +169,10 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 		}
 		return statusOf(err), n, 0, errString(err)
 	case msg.OpSetKnobs:
-		if cmd.Knobs == nil || a.cfg.ApplyKnobs == nil {
-			return msg.AckRefused, 0, 0, "no knobs given, or this host does not take knobs"
+		if cmd.Knobs == nil {
+			return msg.AckRefused, 0, 0, "no knobs given"
 		}
-		if err := a.cfg.ApplyKnobs(*cmd.Knobs); err != nil {
+		if err := a.applyKnobs(*cmd.Knobs); err != nil {
 			return msg.AckRefused, 0, 0, err.Error()
 		}
 		return msg.AckOK, 0, 0, ""

@@ -182,10 +182,8 @@ func TestNATSOutage(t *testing.T) {
 	}
 	defer st.Close()
 	f := &files{byPath: map[string]tiering.ObjectID{}, st: st}
-	var knobCalls atomic.Int64
 	const bufBytes = 1024
-	a, err := New(Config{Host: "host-a", Names: r.names, Interval: 100 * time.Millisecond, BufferBytes: bufBytes, Log: r.log,
-		ApplyKnobs: func(msg.Knobs) error { knobCalls.Add(1); return nil }}, st, f)
+	a, err := New(Config{Host: "host-a", Names: r.names, Interval: 100 * time.Millisecond, BufferBytes: bufBytes, Log: r.log}, st, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,8 +285,8 @@ func TestNATSOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return a.Stats().Duplicates == 1 }, "redelivered command acknowledged as duplicate")
-	if n := knobCalls.Load(); n != 1 {
-		t.Fatalf("set_knobs applied %d times, want 1", n)
+	if c := st.HeatKnobs().Cold; c != 40 {
+		t.Fatalf("cold threshold %v after set_knobs, want 40", c)
 	}
 	if s := a.Stats(); s.Applied != applied0+1 {
 		t.Fatalf("applied %d commands, want %d", s.Applied, applied0+1)

@@ -48,9 +48,7 @@ func (a *Agent) BuildReport(now time.Time) *msg.Report {
 	r := &msg.Report{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano(),
 		Interval: a.cfg.Interval.Milliseconds(), Tiers: tiers(a.store.Occupancy()), Hits: hits(st),
 		Objects: st.Objects, Namespaces: a.cfg.Namespaces, Histogram: a.rank.Histogram(now), Pool: a.poolReport()}
-	if a.cfg.Knobs != nil {
-		r.Knobs = a.cfg.Knobs()
-	}
+	r.Knobs = a.knobs()
 	r.Moves = map[string]int64{}
 	for t, n := range st.Demotions {
 		if d := n - a.last.Demotions[t]; d > 0 {

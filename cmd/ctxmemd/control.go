@@ -85,7 +85,7 @@ func (d *daemon) startControl(ctx context.Context) error {
 	agent, err := sidecar.New(sidecar.Config{
 		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
 		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
-		ApplyKnobs: d.applyKnobs, Knobs: d.knobs, Sharing: sharing,
+		Sharing: sharing,
 	}, d.store, d.names)
 	if err != nil {
 		return err
@@ -127,45 +127,6 @@ func busName(cfg config.Config, emb *bus.Embedded) string {
 		return "embedded " + u
 	}
 	return "embedded"
-}
-
-// knobs are the host's live policy knobs, for reports.
-func (d *daemon) knobs() msg.Knobs {
-	lim := d.store.G2Limits()
-	k := msg.Knobs{DRAMHigh: lim.High, DRAMLow: lim.Low}
-	hk := d.store.HeatKnobs()
-	k.ColdThreshold, k.WarmThreshold = hk.Cold, hk.Warm
-	return k
-}
-
-// applyKnobs carries out a set_knobs command: zero fields keep their value.
-func (d *daemon) applyKnobs(k msg.Knobs) error {
-	if k.DRAMHigh != 0 || k.DRAMLow != 0 {
-		lim := d.store.G2Limits()
-		if k.DRAMHigh != 0 {
-			lim.High = k.DRAMHigh
-		}
-		if k.DRAMLow != 0 {
-			lim.Low = k.DRAMLow
-		}
-		if err := d.store.SetG2Limits(lim); err != nil {
-			return err
-		}
-	}
-	if k.ColdThreshold != 0 || k.WarmThreshold != 0 {
-		hk := d.store.HeatKnobs()
-		if k.ColdThreshold != 0 {
-			hk.Cold = k.ColdThreshold
-		}
-		if k.WarmThreshold != 0 {
-			hk.Warm = k.WarmThreshold
-		}
-		if err := d.store.SetHeatKnobs(hk); err != nil {
-			return err
-		}
-	}
-	d.log.Info("policy knobs set by the scheduler", "knobs", fmt.Sprintf("%+v", k))
-	return nil
 }
 
 // controlStatus is the control-plane part of the admin status.
