@@ -92,7 +92,7 @@ func New(p *pool.Pool, w *pool.Writer, opts Options) *Tier {
 		opts.EventBuffer = 4096
 	}
 	return &Tier{p: p, w: w, r: pool.NewReader(p), opts: opts, refs: map[tier.Key]Ref{}, own: map[tier.Key]bool{},
-		events: make(chan Event, opts.EventBuffer),
+		events:  make(chan Event, opts.EventBuffer),
 		lastUse: map[uint32]int64{}, lastWrite: map[uint32]int64{}}
 }
 
