@@ -299,11 +299,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.watchDataDir(id)
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go s.delayLoop()
 	go s.evictLoop()
 	go s.gcLoop()
 	go s.cleanLoop()
+	go s.probeLoop()
 	s.startG4Recovery()
 	return s, nil
 }

@@ -18,13 +18,18 @@ const fullBackoff = health.DefaultFullBackoff
 // probeTimeout bounds a tier.Prober's probe.
 const probeTimeout = 5 * time.Second
 
+// probeInterval is how long a down tier refuses calls before one goes
+// through as a probe (health.Config.ProbeInterval): short, because until
+// then reads of blocks only that tier holds fail even once it is back.
+const probeInterval = 250 * time.Millisecond
+
 // newHealth makes the health machine of every tier below G2 (package
 // health: up, degraded, down, bypassed), logging each change of state.
 func newHealth(cfg Config) [nTiers]*health.Machine {
 	var hs [nTiers]*health.Machine
 	for ti := tiG3; ti < nTiers; ti++ {
 		log := cfg.Logger
-		hs[ti] = health.New(tierNames[ti], health.Config{FullBackoff: fullBackoff},
+		hs[ti] = health.New(tierNames[ti], health.Config{FullBackoff: fullBackoff, ProbeInterval: probeInterval},
 			func(sn health.Snapshot) {
 				lvl := slog.LevelWarn
 				if sn.State == health.Up {
@@ -65,6 +70,38 @@ func (s *Store) getFrom(ctx context.Context, ti int, k tier.Key, p []byte, off i
 	n, err := t.Get(ctx, k, p, off)
 	h.Observe(health.Get, err)
 	return n, err
+}
+
+// probeLoop probes every down tier that can be probed (tier.Prober: G3
+// reads its active segment's header, G3.5 its superblock, G4 HEADs an
+// object) once per probeInterval, so a tier comes back up when its device
+// or backend answers again even if no request needs it meanwhile (and
+// status tells the truth). Owner: the Store (s.wg); it ends with s.ctx.
+func (s *Store) probeLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for ti := tiG3; ti < nTiers; ti++ {
+			p, ok := s.tierAt(ti).(tier.Prober)
+			h := s.health[ti]
+			if !ok || h.State() != health.Down || h.Admit(health.Get) != nil {
+				continue // a nil tier is not a Prober
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+			err := p.Probe(ctx)
+			cancel()
+			if s.ctx.Err() != nil {
+				return
+			}
+			h.Observe(health.Get, err)
+		}
+	}
 }
 
 // usable reports whether tier ti is configured and its calls are tried

@@ -6,7 +6,7 @@
 // releases it, or every call of a kind fails until the fault is removed.
 //
 // A Tier is safe for concurrent use. It forwards the optional interfaces
-// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Reclaimer, tier.Retaining, tier.Expirer) to the
+// the core looks for (Sync, tier.HealthReporter, tier.Relocator, tier.Reclaimer, tier.Retaining, tier.Prober, tier.Expirer) to the
 // wrapped tier.
 package faulttier
 
@@ -29,11 +29,13 @@ const (
 	Get
 	Delete
 	Stat
+	// Probe is tier.Prober's Probe (its key is the zero Key).
+	Probe
 	numOps
 )
 
 func (op Op) String() string {
-	return [...]string{"put", "get", "delete", "stat"}[op]
+	return [...]string{"put", "get", "delete", "stat", "probe"}[op]
 }
 
 // Fault describes one injected fault. A call matches when its Op is Op and
@@ -249,6 +251,18 @@ func (t *Tier) Stat(ctx context.Context, k tier.Key) (int64, error) {
 		return 0, err
 	}
 	return t.Tier.Stat(ctx, k)
+}
+
+// Probe implements tier.Prober: faults of Op Probe apply, then the wrapped
+// tier's Probe runs (a tier without one answers nil: it works).
+func (t *Tier) Probe(ctx context.Context) error {
+	if err := apply(ctx, Probe, tier.Key{}, t.pick(Probe, tier.Key{})); err != nil {
+		return err
+	}
+	if p, ok := t.Tier.(tier.Prober); ok {
+		return p.Probe(ctx)
+	}
+	return nil
 }
 
 // Sync forwards to the wrapped tier when it can sync (G3).
