@@ -112,7 +112,9 @@ func (s *Names) Path(id tiering.ObjectID) (ns, path string, ok bool) {
 // Lookup resolves path ("a/b/c"; a leading slash is ignored) in namespace
 // ns to the object of the regular file it names. Errors wrap
 // fs.ErrNotExist (no such namespace or name) or fs.ErrInvalid (a path
-// component is not a directory, or the name is not a regular file).
+// component is not a directory, the name is not a regular file, or ".."
+// would leave the namespace: names come from the control bus and admin
+// clients, and one namespace's command must never reach another's files).
 func (s *Names) Lookup(ns, path string) (id tiering.ObjectID, err error) {
 	s.tree.View(func(v View) { id, err = lookup(v, ns, path) })
 	return id, err
@@ -123,6 +125,7 @@ func lookup(v View, ns, path string) (tiering.ObjectID, error) {
 	if !ok {
 		return 0, fmt.Errorf("namespace %q: %w", ns, fs.ErrNotExist)
 	}
+	depth := 0 // below the namespace root: ".." never leaves the namespace
 	for _, name := range strings.Split(strings.Trim(path, "/"), "/") {
 		if name == "" || name == "." {
 			continue
@@ -131,14 +134,17 @@ func lookup(v View, ns, path string) (tiering.ObjectID, error) {
 			return 0, fmt.Errorf("%s/%s: not a directory: %w", ns, path, fs.ErrInvalid)
 		}
 		if name == ".." {
-			cur = v.Parent(cur)
+			if depth == 0 {
+				return 0, fmt.Errorf("%s/%s: leaves the namespace: %w", ns, path, fs.ErrInvalid)
+			}
+			cur, depth = v.Parent(cur), depth-1
 			continue
 		}
 		next, ok := v.Child(cur, name)
 		if !ok {
 			return 0, fmt.Errorf("%s/%s: %w", ns, path, fs.ErrNotExist)
 		}
-		cur = next
+		cur, depth = next, depth+1
 	}
 	if cur.Kind != KindFile {
 		return 0, fmt.Errorf("%s/%s: not a regular file: %w", ns, path, fs.ErrInvalid)

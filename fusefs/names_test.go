@@ -49,6 +49,17 @@ func TestPathLookupDrop(t *testing.T) {
 	if _, err := names.Lookup("nope", "top"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Lookup in a missing namespace: %v", err)
 	}
+	// ".." stays inside the namespace; a name from the bus or an admin
+	// client that would leave it (into the mount root, then another
+	// namespace) is refused.
+	if got, err := names.Lookup(DefaultNamespace, "sess/a/../../top"); err != nil || got != m.obj(filepath.Join(root, "top")) {
+		t.Fatalf("Lookup with .. inside the namespace = %d, %v", got, err)
+	}
+	for _, p := range []string{"../" + DefaultNamespace + "/top", "sess/../../" + DefaultNamespace + "/top", ".."} {
+		if _, err := names.Lookup(DefaultNamespace, p); !errors.Is(err, fs.ErrInvalid) {
+			t.Fatalf("Lookup(%q) leaving the namespace: %v; want ErrInvalid", p, err)
+		}
+	}
 	// A renamed file reports its new path.
 	if err := os.Rename(filepath.Join(root, "top"), filepath.Join(root, "sess/moved")); err != nil {
 		t.Fatal(err)
