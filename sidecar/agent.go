@@ -69,6 +69,10 @@ type Config struct {
 	HeatHalfLife time.Duration
 	// Sharing is the shared pool (G3.5), or nil.
 	Sharing *Sharing
+	// EagerShare shares every KV file written here to the pool once it
+	// is complete and written back, before another host asks (eager.go);
+	// without it files are shared when another host missed them.
+	EagerShare bool
 	// Log receives the agent's logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -91,6 +95,7 @@ type Agent struct {
 	named  []msg.Event
 	evDrop int64
 	sh     *shareState
+	eager  *eagerState // nil unless Config.EagerShare and Sharing
 
 	seenMu sync.Mutex
 	seen   map[string]struct{} // command ids applied by this process
@@ -167,6 +172,9 @@ func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Log.With("component", "sidecar"), store: store, files: files, rank: rank,
 		boot: time.Now().UnixNano(), out: newOutbox(cfg.BufferBytes), seen: make(map[string]struct{}),
 		flushNow: make(chan struct{}, 1), sh: newShareState()}
+	if cfg.EagerShare && cfg.Sharing != nil {
+		a.eager = newEagerState()
+	}
 	for _, o := range store.Objects() {
 		rank.Touch(o.ID, o.Created)
 	}
@@ -176,14 +184,25 @@ func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 
 // Created implements tiering.Observer.
 func (a *Agent) Created(id tiering.ObjectID, ns, kind string, d tiering.Durability) {
-	a.rank.Touch(id, time.Now())
+	now := time.Now()
+	a.rank.Touch(id, now)
 	if d == tiering.DurabilityCache { // device objects are not KV cache the cluster may share
 		a.queueEvent(msg.EvStored, id)
 	}
 }
 
+// Stored implements tiering.Observer: the object is sealed and written
+// back; with EagerShare it is queued for sharing.
+func (a *Agent) Stored(id tiering.ObjectID) {
+	if a.eager != nil {
+		a.eager.stored(id)
+	}
+}
+
 // Accessed implements tiering.Observer.
-func (a *Agent) Accessed(id tiering.ObjectID, now time.Time) { a.rank.Touch(id, now) }
+func (a *Agent) Accessed(id tiering.ObjectID, now time.Time) {
+	a.rank.Touch(id, now)
+}
 
 // Removed implements tiering.Observer.
 func (a *Agent) Removed(id tiering.ObjectID) {
@@ -219,6 +238,15 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 		defer wg.Done()
 		a.withdrawLoop(ctx)
 	}()
+	if a.eager != nil {
+		for range eagerWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.eagerLoop(ctx)
+			}()
+		}
+	}
 	for i := 0; i < a.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
@@ -353,7 +381,14 @@ type Stats struct {
 	// stale records) dropped before the sidecar read them
 	// (g35.Tier.DroppedEvents).
 	DroppedPoolEvents int64 `json:"dropped_pool_events,omitempty"`
-	TrackedObjects    int   `json:"tracked_objects"`
+	// EagerShared counts files shared to the pool eagerly (EagerShare),
+	// EagerSkipped stored files not shared (pool above its high mark, an
+	// import, an error), EagerDropped stored files dropped from a full
+	// queue.
+	EagerShared    int64 `json:"eager_shared,omitempty"`
+	EagerSkipped   int64 `json:"eager_skipped,omitempty"`
+	EagerDropped   int64 `json:"eager_dropped,omitempty"`
+	TrackedObjects int   `json:"tracked_objects"`
 	// DuplicateHost counts reports that found this host name's liveness
 	// record written by another daemon.
 	DuplicateHost int64 `json:"duplicate_host"`
@@ -365,11 +400,15 @@ func (a *Agent) Stats() Stats {
 	a.evMu.Lock()
 	evDrop := a.evDrop
 	a.evMu.Unlock()
-	return Stats{Host: a.cfg.Host, Connected: a.c.connected.Load() == 1, Published: a.c.published.Load(),
+	st := Stats{Host: a.cfg.Host, Connected: a.c.connected.Load() == 1, Published: a.c.published.Load(),
 		Events: a.c.events.Load(), Applied: a.c.applied.Load(), Duplicates: a.c.duplicates.Load(),
 		Failed: a.c.failed.Load(), Malformed: a.c.malformed.Load(), Queued: q, QueuedBytes: qb,
 		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len(),
 		DuplicateHost: a.c.dupHost.Load(), DroppedPoolEvents: a.droppedPoolEvents()}
+	if e := a.eager; e != nil {
+		st.EagerShared, st.EagerSkipped, st.EagerDropped = e.shared.Load(), e.skipped.Load(), e.dropped.Load()
+	}
+	return st
 }
 
 func (a *Agent) droppedPoolEvents() int64 {

@@ -166,6 +166,7 @@ func (a *Agent) Import(ctx context.Context, ns, path string) (tiering.ObjectID, 
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("import %s/%s from %s: %w", ns, path, e.Owner, err)
 	}
+
 	// Holes in the entry are not blocks of the imported object.
 	a.sh.imports.Add(1)
 	a.sh.importNs.Add(int64(time.Since(start)))

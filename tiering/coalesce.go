@@ -130,8 +130,9 @@ func (s *Store) expediteLocked(o *object) {
 }
 
 // Expedite queues the held-back dirty blocks of object id for write-back
-// now (a file's last writer closed it: nothing more is coming). Unknown
-// ids are ignored.
+// now (a file's last writer closed it: nothing more is coming) and marks
+// the object sealed (ObjectInfo.Sealed) until its next change. Unknown ids
+// are ignored.
 func (s *Store) Expedite(id ObjectID) {
 	o := s.get(id)
 	if o == nil {
@@ -139,7 +140,9 @@ func (s *Store) Expedite(id ObjectID) {
 	}
 	o.mu.Lock()
 	if !o.deleted {
+		o.sealed = true
 		s.expediteLocked(o)
+		s.noteStoredLocked(o) // already clean (a G2-only store, or nothing written)
 	}
 	o.mu.Unlock()
 }

@@ -286,6 +286,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 		o.mu.Unlock()
 		return 0, errAwaitG4
 	}
+	o.sealed = false
 	if err := s.markMetaDirty(o); err != nil {
 		o.mu.Unlock()
 		return 0, err
@@ -442,6 +443,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		o.mu.Unlock()
 		return errAwaitG4
 	}
+	o.sealed = false
 	s.adoptIfWrittenLocked(o)
 	if size == o.size && size != 0 {
 		o.mu.Unlock()
@@ -622,6 +624,7 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		o.mu.Unlock()
 		return errAwaitG4
 	}
+	o.sealed = false
 	s.adoptIfWrittenLocked(o)
 	end := min(off+length, o.size)
 	if off >= end {

@@ -11,12 +11,12 @@ import (
 
 // recObserver records observer calls (this package's unit tests only).
 type recObserver struct {
-	mu                         sync.Mutex
-	created, accessed, removed map[ObjectID]int
+	mu                                 sync.Mutex
+	created, accessed, removed, stored map[ObjectID]int
 }
 
 func newRecObserver() *recObserver {
-	return &recObserver{created: map[ObjectID]int{}, accessed: map[ObjectID]int{}, removed: map[ObjectID]int{}}
+	return &recObserver{created: map[ObjectID]int{}, accessed: map[ObjectID]int{}, removed: map[ObjectID]int{}, stored: map[ObjectID]int{}}
 }
 func (r *recObserver) Created(id ObjectID, ns, kind string, _ Durability) {
 	r.mu.Lock()
@@ -29,6 +29,60 @@ func (r *recObserver) Accessed(id ObjectID, now time.Time) {
 	r.mu.Unlock()
 }
 func (r *recObserver) Removed(id ObjectID) { r.mu.Lock(); r.removed[id]++; r.mu.Unlock() }
+func (r *recObserver) Stored(id ObjectID)   { r.mu.Lock(); r.stored[id]++; r.mu.Unlock() }
+
+func (r *recObserver) storedCount(id ObjectID) int { r.mu.Lock(); defer r.mu.Unlock(); return r.stored[id] }
+
+// TestStoredAfterCloseAndWriteBack: Observer.Stored (what eager sharing
+// waits for) comes once the last writer closed the object (Expedite) and
+// its blocks are written back, not for an object still open for writing
+// however clean it is, and again after the next write and close; Stat
+// reports Sealed accordingly.
+func TestStoredAfterCloseAndWriteBack(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir(), newMemTier("G3", 0), nil, 64<<20)
+	defer s.Close()
+	obs := newRecObserver()
+	s.SetObserver(obs)
+	id, err := s.Create("ns", 4096, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, id, pattern(1, 3*4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, id); err != nil { // clean, but still open for writing
+		t.Fatal(err)
+	}
+	if n := obs.storedCount(id); n != 0 {
+		t.Fatalf("Stored %d times for an object not closed", n)
+	}
+	if info, _ := s.Stat(id); info.Sealed {
+		t.Fatal("sealed before Expedite")
+	}
+	s.Expedite(id) // the last writer closes: clean already
+	if n := obs.storedCount(id); n != 1 {
+		t.Fatalf("Stored %d times after the close of a clean object; want 1", n)
+	}
+	if info, _ := s.Stat(id); !info.Sealed || info.Dirty {
+		t.Fatalf("after close: %+v", info)
+	}
+	// A new write unseals it; its close and write-back store it again.
+	if _, err := s.WriteAt(ctx, id, []byte("x"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := s.Stat(id); info.Sealed {
+		t.Fatal("still sealed after a write")
+	}
+	s.Expedite(id)
+	deadline := time.Now().Add(10 * time.Second)
+	for obs.storedCount(id) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Stored %d times; want 2 once the rewrite was written back", obs.storedCount(id))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 func TestSinkMovesEveryBlockToG4(t *testing.T) {
 	ctx := context.Background()

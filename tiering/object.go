@@ -155,6 +155,10 @@ type object struct {
 	// trusts every copy of a clean object's keys) cannot serve them.
 	stale     map[uint32]uint8
 	dirty     int  // blocks with dirty set
+	// sealed: the last writer closed the object (Expedite) and nothing
+	// changed it since (WriteAt, Truncate, Discard, a passthrough open for
+	// writing): its bytes are complete as far as the front end knows.
+	sealed bool
 	metaDirty bool // the persisted record is absent or says "dirty"
 	persisted bool // meta.db holds a record of this object
 	deleted   bool
@@ -229,7 +233,7 @@ func (o *object) blockLen(idx uint32) int {
 
 func (o *object) info() ObjectInfo {
 	return ObjectInfo{ID: o.id, Namespace: o.ns, Size: o.ptSize(), Gen: o.gen, BlockSize: o.bs,
-		Pinned: o.pinned, Dirty: o.dirty > 0, Created: o.created, Kind: o.kind, Durability: o.dur}
+		Pinned: o.pinned, Dirty: o.dirty > 0, Sealed: o.sealed, Created: o.created, Kind: o.kind, Durability: o.dur}
 }
 
 func (o *object) record(state string) *objectRecord {

@@ -15,6 +15,10 @@ type Observer interface {
 	Accessed(id ObjectID, now time.Time)
 	// Removed: the object was deleted or lost.
 	Removed(id ObjectID)
+	// Stored: the object is sealed (its last writer closed it, Expedite)
+	// and every block written before is stored below G2 (none dirty). It
+	// is called with the object's lock held: enqueue, never block.
+	Stored(id ObjectID)
 }
 
 // SetObserver registers o (nil to stop). Objects that exist already are
@@ -35,3 +39,13 @@ func (s *Store) observer() Observer {
 }
 
 func (s *Store) now() time.Time { return time.Now() }
+
+// noteStoredLocked tells the observer that o is sealed and clean (see
+// Observer.Stored). o.mu held for writing.
+func (s *Store) noteStoredLocked(o *object) {
+	if o.sealed && o.dirty == 0 && !o.deleted {
+		if ob := s.observer(); ob != nil {
+			ob.Stored(o.id)
+		}
+	}
+}

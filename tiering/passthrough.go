@@ -379,6 +379,9 @@ func (s *Store) openPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		return PassthroughInfo{}, ErrNoPassthrough
 	}
 	if write {
+		o.sealed = false // written through the kernel from now on, unseen here
+	}
+	if write {
 		if err := s.markMetaDirty(o); err != nil {
 			return PassthroughInfo{}, err
 		}

@@ -163,6 +163,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.dirty--
 		s.g2dirty.Add(-b.dirtyN)
 		b.dirtyN = 0
+		s.noteStoredLocked(o)
 		if !o.held() && b.g2.Load() != nil {
 			s.g2mu.Lock()
 			s.place.makeEvictable(r, time.Now())

@@ -85,7 +85,7 @@ func (d *daemon) startControl(ctx context.Context) error {
 	agent, err := sidecar.New(sidecar.Config{
 		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
 		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
-		Sharing: sharing,
+		Sharing: sharing, EagerShare: cfg.PoolShare == "eager",
 	}, d.store, d.names)
 	if err != nil {
 		return err
