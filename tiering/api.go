@@ -34,8 +34,8 @@ type ObjectInfo struct {
 	Dirty     bool // has blocks not yet written back below G2
 	// Sealed: its last writer closed it (Expedite) and nothing changed it
 	// since, so its bytes are complete (what eager sharing waits for).
-	Sealed bool
-	Created   time.Time
+	Sealed  bool
+	Created time.Time
 	// Kind is the front end's free-form label set at creation ("file",
 	// "nbd"); the store gives it no meaning.
 	Kind string

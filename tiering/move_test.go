@@ -29,9 +29,13 @@ func (r *recObserver) Accessed(id ObjectID, now time.Time) {
 	r.mu.Unlock()
 }
 func (r *recObserver) Removed(id ObjectID) { r.mu.Lock(); r.removed[id]++; r.mu.Unlock() }
-func (r *recObserver) Stored(id ObjectID)   { r.mu.Lock(); r.stored[id]++; r.mu.Unlock() }
+func (r *recObserver) Stored(id ObjectID)  { r.mu.Lock(); r.stored[id]++; r.mu.Unlock() }
 
-func (r *recObserver) storedCount(id ObjectID) int { r.mu.Lock(); defer r.mu.Unlock(); return r.stored[id] }
+func (r *recObserver) storedCount(id ObjectID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stored[id]
+}
 
 // TestStoredAfterCloseAndWriteBack: Observer.Stored (what eager sharing
 // waits for) comes once the last writer closed the object (Expedite) and

@@ -153,12 +153,12 @@ type object struct {
 	// that finished after its block was dropped, a failed delete. While
 	// any is recorded the object is never recorded clean, so recovery (which
 	// trusts every copy of a clean object's keys) cannot serve them.
-	stale     map[uint32]uint8
-	dirty     int  // blocks with dirty set
+	stale map[uint32]uint8
+	dirty int // blocks with dirty set
 	// sealed: the last writer closed the object (Expedite) and nothing
 	// changed it since (WriteAt, Truncate, Discard, a passthrough open for
 	// writing): its bytes are complete as far as the front end knows.
-	sealed bool
+	sealed    bool
 	metaDirty bool // the persisted record is absent or says "dirty"
 	persisted bool // meta.db holds a record of this object
 	deleted   bool
