@@ -203,3 +203,32 @@ type Expirer interface {
 type Compactor interface {
 	Compaction() (putBytes, compactedBlocks, compactedBytes int64)
 }
+
+// Packer is implemented by tiers that can store a run of blocks of one
+// object generation as one backend object (G4: one PUT instead of one per
+// block). PutPack stores blocks[i] as block keys[i], replacing any earlier
+// copy of exactly that key, with Put's guarantees for each key stored:
+// it reads back (Get verifies it against its own CRC32C, range reads
+// included) and survives a kill -9. keys and blocks have the same length;
+// the tier may split them into several objects, or store some keys one
+// per object, as it sees fit. It returns how many keys it stored, always
+// a prefix: keys[:n] are stored; on an error each later key reads as its
+// earlier copy or as not found (the earlier copy may be dropped), and, as
+// with Put, bytes may have reached the backend when the error wraps
+// ErrUnavailable. Errors: those of Put, and one wrapping the tier's
+// invalid-argument error for mismatched slices.
+type Packer interface {
+	PutPack(ctx context.Context, keys []Key, blocks [][]byte) (int, error)
+}
+
+// Requests counts the backend requests a tier made, by type, since it was
+// opened (G4: object-store requests, what a cloud provider bills).
+type Requests struct {
+	Put, Get, Head, List, Delete int64
+}
+
+// RequestCounter is implemented by tiers whose backend charges per
+// request (G4); status and metrics show the counts.
+type RequestCounter interface {
+	Requests() Requests
+}
