@@ -13,11 +13,13 @@ import (
 
 // Packing limits (TierOptions.PackSize).
 const (
-	// DefaultPackSize is the default most payload bytes of one pack
-	// object: 16 MiB, 64 PUTs per GiB sunk (at most half the 128 the tier
-	// is built for, leaving room for runs cut short at file ends), an
-	// 8 MiB KV file in one object, and a PUT that takes well under a
-	// second at 100 MB/s.
+	// DefaultPackSize is the default size bound of one pack object,
+	// header included: 16 MiB, 63 blocks of 256 KiB (about 65 PUTs per
+	// GiB sunk, half the 128 aimed at, leaving room for runs cut short
+	// at file ends), an 8 MiB KV file in one object, one PUT on S3 (the
+	// S3 store's default part size is also 16 MiB: a larger object
+	// would be a multipart upload of several requests), and a PUT that
+	// takes well under a second at 100 MB/s.
 	DefaultPackSize = 16 << 20
 	// MinPackSize and MaxPackSize bound a configured PackSize.
 	MinPackSize = 1 << 20
@@ -26,10 +28,24 @@ const (
 
 var _ tier.Packer = (*Tier)(nil)
 
+// PackBlocks implements tier.Packer: how many blocks of blockSize bytes
+// of namespace ns fit in one pack object of at most PackSize bytes, header
+// included; 0 when packing is off or fewer than two fit.
+func (t *Tier) PackBlocks(ns string, blockSize int) int {
+	if t.opts.PackSize < 0 || blockSize <= 0 || blockSize > t.opts.MaxBlockSize {
+		return 0
+	}
+	n := (t.opts.PackSize - packFixed - len(ns)) / (blockSize + 4)
+	if n < 2 {
+		return 0
+	}
+	return n
+}
+
 // PutPack implements tier.Packer: it cuts keys into runs of consecutive
 // blocks of one object generation (every block of a run as long as the
-// first, but the last, which may be shorter) of at most PackSize payload
-// bytes, and stores each run of two or more blocks as one pack object
+// first, but the last, which may be shorter) that make objects of at most
+// PackSize bytes, header included, and stores each run of two or more blocks as one pack object
 // (packname.go), with Put's guarantees; a run of one block, or every key
 // when packing is off (PackSize < 0), is stored with Put. It returns how
 // many keys it stored, always a prefix of keys: keys[:n] are stored, and
@@ -73,16 +89,16 @@ func (t *Tier) runEnd(keys []tier.Key, blocks [][]byte, i int) int {
 	if bs == 0 || bs > t.opts.MaxBlockSize {
 		return i + 1
 	}
-	total := bs
+	total := packFixed + len(keys[i].Namespace) + 4 + bs // the object's size so far
 	j := i + 1
 	for ; j < len(keys); j++ {
 		a, b := keys[j-1], keys[j]
 		n := len(blocks[j])
 		if b.Namespace != a.Namespace || b.Object != a.Object || b.Gen != a.Gen || b.Index != a.Index+1 ||
-			len(blocks[j-1]) != bs || n == 0 || n > bs || total+n > t.opts.PackSize {
+			len(blocks[j-1]) != bs || n == 0 || n > bs || total+4+n > t.opts.PackSize {
 			break
 		}
-		total += n
+		total += 4 + n
 	}
 	return j
 }
@@ -230,6 +246,12 @@ func readPackHeader(ctx context.Context, store ObjectStore, name string, r packR
 		return nil, err
 	}
 	defer rc.Close()
+	return readHeaderFrom(rc, r)
+}
+
+// readHeaderFrom reads the header of pack r from the start of rc and
+// verifies it; it returns the CRC table.
+func readHeaderFrom(rc io.Reader, r packRef) ([]uint32, error) {
 	b := make([]byte, r.headerLen())
 	if _, err := io.ReadFull(rc, b); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -382,17 +404,38 @@ func (t *Tier) getRun(ctx context.Context, pk *pack, first uint32, keys []tier.K
 	n := r.offset(last) + r.blockLen(last) - off
 	bad := -1
 	var cause error
+	whole := first == 0 && len(keys) == int(r.count)
 	err := t.callSized(ctx, "get", keys[0], n, func(ctx context.Context) error {
-		crcs, err := t.packCRCs(ctx, pk)
-		if err != nil {
-			cause = err
-			return err
+		var rc io.ReadCloser
+		var crcs []uint32
+		var err error
+		if whole {
+			// Every member: one GET of the whole object, header
+			// included (no separate header read, and a plain GET is
+			// what stores serve fastest).
+			if rc, _, err = t.store.Get(ctx, pk.name); err != nil {
+				return err
+			}
+			defer rc.Close()
+			if crcs, err = readHeaderFrom(rc, r); err != nil {
+				cause = err
+				return err
+			}
+			pk.hdrMu.Lock()
+			if pk.crcs == nil {
+				pk.crcs = crcs
+			}
+			pk.hdrMu.Unlock()
+		} else {
+			if crcs, err = t.packCRCs(ctx, pk); err != nil {
+				cause = err
+				return err
+			}
+			if rc, err = t.store.GetRange(ctx, pk.name, off, n); err != nil {
+				return err
+			}
+			defer rc.Close()
 		}
-		rc, err := t.store.GetRange(ctx, pk.name, off, n)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
 		for m := range keys {
 			i := first + uint32(m)
 			p := bufs[m][:r.blockLen(i)]

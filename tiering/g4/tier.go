@@ -57,10 +57,12 @@ type TierOptions struct {
 	OpenUnlisted bool
 	// OpenTimeout bounds the first listing, at open (default ListTimeout).
 	OpenTimeout time.Duration
-	// PackSize is the most payload bytes PutPack puts in one pack object
-	// (default DefaultPackSize, 16 MiB; MinPackSize to MaxPackSize; a
-	// block larger than it is stored alone); negative turns packing off
-	// (PutPack stores one object per block).
+	// PackSize bounds the size of one pack object PutPack writes, in
+	// bytes, header included (default DefaultPackSize, 16 MiB;
+	// MinPackSize to MaxPackSize; a block too large for a pack of two is
+	// stored alone); negative turns packing off (PutPack stores one
+	// object per block). On S3 keep it at most the store's part size, so
+	// that a pack is one PUT request.
 	PackSize int
 }
 

@@ -163,11 +163,7 @@ func verifyPack(ctx context.Context, store ObjectStore, name string, r packRef, 
 		return 0, err
 	}
 	defer rc.Close()
-	hb := make([]byte, r.headerLen())
-	if _, err := io.ReadFull(rc, hb); err != nil {
-		return 0, fmt.Errorf("%w: pack shorter than its header: %v", errHeader, err)
-	}
-	crcs, err := decodePackHeader(hb, r)
+	crcs, err := readHeaderFrom(rc, r)
 	if err != nil {
 		return 0, err
 	}

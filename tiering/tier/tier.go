@@ -217,14 +217,22 @@ type Compactor interface {
 // with Put, bytes may have reached the backend when the error wraps
 // ErrUnavailable. Errors: those of Put, and one wrapping the tier's
 // invalid-argument error for mismatched slices.
+// PackBlocks returns how many blocks of blockSize bytes of namespace ns
+// fit in one object (0 when the tier does not pack now), so a caller can
+// hand PutPack runs that fill objects.
 type Packer interface {
 	PutPack(ctx context.Context, keys []Key, blocks [][]byte) (int, error)
+	PackBlocks(ns string, blockSize int) int
 }
 
 // Requests counts the backend requests a tier made, by type, since it was
 // opened (G4: object-store requests, what a cloud provider bills).
 type Requests struct {
-	Put, Get, Head, List, Delete int64
+	Put    int64 `json:"put"`
+	Get    int64 `json:"get"`
+	Head   int64 `json:"head"`
+	List   int64 `json:"list"`
+	Delete int64 `json:"delete"`
 }
 
 // RequestCounter is implemented by tiers whose backend charges per
