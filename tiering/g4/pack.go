@@ -107,14 +107,17 @@ func (t *Tier) runEnd(keys []tier.Key, blocks [][]byte, i int) int {
 func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) error {
 	k0 := keys[0]
 	ref := packRef{ns: k0.Namespace, object: k0.Object, gen: k0.Gen, first: k0.Index,
-		count: uint32(len(keys)), bsize: uint32(len(blocks[0])), last: uint32(len(blocks[len(blocks)-1])),
-		stamp: t.nextStamp()}
+		count: uint32(len(keys)), bsize: uint32(len(blocks[0])), last: uint32(len(blocks[len(blocks)-1]))}
+	for _, k := range keys { // ascending: every multi-key locker locks in key order
+		defer t.locks.lock(k)()
+	}
+	// The stamp is taken under the key locks: a later pack of any of
+	// these keys gets a larger one, so the listing's order (larger stamp
+	// wins) is the order of the puts.
+	ref.stamp = t.nextStamp()
 	name := ref.name(t.opts.Prefix)
 	if err := ValidateName(name); err != nil {
 		return fmt.Errorf("g4 put pack %v: %w", k0, err)
-	}
-	for _, k := range keys { // ascending: every multi-key locker locks in key order
-		defer t.locks.lock(k)()
 	}
 	payload := ref.payload()
 	ok, wake := t.idx.reserveMany(keys, payload, t.opts.Capacity, t.high)
