@@ -29,8 +29,9 @@
 //     <last>-<stamp>, so that a listing alone rebuilds the index. A pack
 //     header holds a CRC32C per block: a Get of one member is one ranged
 //     GET verified against it (the header read once and cached, with its
-//     own CRC), GetBlocks of a run one GET, damage inside one member
-//     makes that member alone corrupt. Members die one by one (Delete, a
+//     own CRC), GetBlocks of a run one GET, Gets that walk a pack in
+//     order read ahead in growing windows (readahead.go), damage inside
+//     one member makes that member alone corrupt. Members die one by one (Delete, a
 //     newer copy, corruption) and the object is deleted with the last;
 //     expiry and size eviction drop packs whole. Where a listing shows a
 //     key in several objects, its own object wins over any pack (PutPack

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -52,6 +53,9 @@ type pack struct {
 
 	hdrMu sync.Mutex
 	crcs  []uint32 // the verified CRC table; nil until read (hdrMu)
+
+	last atomic.Int64 // 1 + the member a Get read last (0: none); read-ahead
+	win  atomic.Int64 // blocks the last read-ahead fetched
 }
 
 // listedBlock is what a listing says of one block.

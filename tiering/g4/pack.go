@@ -283,8 +283,9 @@ func readRange(ctx context.Context, store ObjectStore, name string, off int64, p
 }
 
 // readPacked reads block k, a member of pk, into dst(length) with one
-// ranged GET (after the header's, the first time) and verifies it against
-// the pack's CRC table.
+// ranged GET (after the header's, the first time), or from or with a
+// read-ahead (readahead.go), and verifies it against the pack's CRC
+// table.
 func (t *Tier) readPacked(ctx context.Context, k tier.Key, pk *pack, dst func(length int) []byte) ([]byte, error) {
 	i, ok := pk.ref.member(k)
 	if !ok {
@@ -293,6 +294,9 @@ func (t *Tier) readPacked(ctx context.Context, k tier.Key, pk *pack, dst func(le
 	crcs, err := t.packCRCs(ctx, pk)
 	if err != nil {
 		return nil, err
+	}
+	if data, done, err := t.readPackedAhead(ctx, pk, i, crcs, dst); done {
+		return data, err
 	}
 	data := dst(int(pk.ref.blockLen(i)))
 	if err := readRange(ctx, t.store, pk.name, pk.ref.offset(i), data); err != nil {

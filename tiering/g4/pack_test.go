@@ -171,8 +171,27 @@ func TestPackRestartFromListing(t *testing.T) {
 		t.Fatalf("Range after restart: %d keys, %v", len(seen), seen[old])
 	}
 	checkBlocks(t, tr2, append(keys, old), append(blocks, oldData))
-	if d := tr2.CallCounts().Get - c.Get; d != 32+1+1 {
-		t.Fatalf("%d GETs to read 32 packed blocks and one object; want 34 (one header)", d)
+	// In order, the reads go ahead in windows of 2, 4, 8, 16 blocks: 1 +
+	// 5 ranged GETs for the 32 blocks, one for the header, one for the
+	// per-block object.
+	if d := tr2.CallCounts().Get - c.Get; d != 1+5+1+1 {
+		t.Fatalf("%d GETs to read 32 packed blocks in order and one object; want 8", d)
+	}
+	if st := tr2.Stats(); st.ReadAhead != 32-6 {
+		t.Fatalf("Stats.ReadAhead = %d; want 26", st.ReadAhead)
+	}
+	// Out of order, every block is one ranged GET of its own.
+	tr3 := openTier(t, newLocal(t, dir), g4.TierOptions{})
+	c = tr3.CallCounts()
+	perm := []int{5, 3, 9, 1, 30, 2, 17, 8}
+	for _, i := range perm {
+		p := make([]byte, 8192)
+		if n, err := tr3.Get(bg, keys[i], p, 0); err != nil || !bytes.Equal(p[:n], blocks[i]) {
+			t.Fatalf("Get %d = %d, %v", i, n, err)
+		}
+	}
+	if d := tr3.CallCounts().Get - c.Get; d != int64(len(perm))+1 {
+		t.Fatalf("%d GETs for %d reads out of order; want one each and the header", d, len(perm))
 	}
 }
 

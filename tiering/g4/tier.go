@@ -92,6 +92,7 @@ type Stats struct {
 	PackPuts     uint64 // pack objects stored (their blocks count in Puts)
 	PacksDeleted uint64 // pack objects deleted (last live block gone, or corrupt header)
 	Packs        uint64 // pack objects known now
+	ReadAhead    uint64 // Gets of pack members served from a read-ahead
 }
 
 // Tier is the G4 tier: a tier.Tier and tier.Expirer that stores one object
@@ -120,9 +121,10 @@ type Tier struct {
 	high int64         // HighWatermark × Capacity, bytes
 
 	stamp atomic.Uint64 // the largest pack stamp handed out or listed (nextStamp)
+	ra    readAhead     // blocks of packs read ahead (readahead.go)
 
 	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, evicted, unavailable atomic.Uint64
-	packPuts, packsDeleted                                                           atomic.Uint64
+	packPuts, packsDeleted, readAheads                                               atomic.Uint64
 }
 
 // SetRetainer implements tier.Retaining: from now on r, not
@@ -223,6 +225,7 @@ func (t *Tier) Stats() Stats {
 		Quarantined: t.quarantined.Load(), Expired: t.expired.Load(),
 		Evicted: t.evicted.Load(), Unavailable: t.unavailable.Load(),
 		PackPuts: t.packPuts.Load(), PacksDeleted: t.packsDeleted.Load(), Packs: uint64(t.idx.packCount()),
+		ReadAhead: t.readAheads.Load(),
 	}
 }
 

@@ -29,7 +29,8 @@ import (
 //     (one GET; what one object per file gives);
 //   - block-seq: per-block objects, one Get per block in order (the core's
 //     ReadAt today);
-//   - pack-seq: packed, one Get per block in order (one ranged GET each);
+//   - pack-seq: packed, one Get per block in order (the core's ReadAt:
+//     the tier's read-ahead fetches windows of 2, 4, 8, 16 blocks);
 //   - pack-run: packed, one GetBlocks for the file (the whole pack: one
 //     GET, header included);
 //   - pack-run-cold: as pack-run on a tier reopened before every run (no
