@@ -216,6 +216,23 @@ func (x *index) removeIfIn(k tier.Key, pk *pack) []*pack {
 	return nil
 }
 
+// unpack takes k out of pack pk, if its entry is there, back to old (its
+// per-block object's entry) or, if old is nil, to not held; it returns
+// the packs left without a live member.
+func (x *index) unpack(k tier.Key, pk *pack, old *indexEntry) []*pack {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e, ok := x.blocks[k]; !ok || e.pk != pk {
+		return nil
+	}
+	if old == nil {
+		return x.removeLocked(k, nil)
+	}
+	empty := x.setLocked(k, indexEntry{length: old.length, mod: old.mod}, nil)
+	x.touch(k)
+	return empty
+}
+
 // dropPack forgets pack pk, whose object is gone from the store, and every
 // key whose live copy it held; it returns how many keys it forgot.
 func (x *index) dropPack(pk *pack) int {

@@ -49,10 +49,12 @@ func (t *Tier) PackBlocks(ns string, blockSize int) int {
 // (packname.go), with Put's guarantees; a run of one block, or every key
 // when packing is off (PackSize < 0), is stored with Put. It returns how
 // many keys it stored, always a prefix of keys: keys[:n] are stored, and
-// the error, if any, is that of the run that failed. Before a pack is
-// written, the per-block object of each of its keys is deleted (of every
-// key when the tier is not listed, Listed), so that a listing never takes
-// an older per-block object for the live copy. The put of a pack object
+// the error, if any, is that of the run that failed. Once a pack is
+// durable, the per-block object of each of its keys is deleted (of every
+// key when the tier is not listed, Listed), because a listing takes a
+// per-block object for the live copy; if such a delete fails, that key
+// and the later ones are not stored (the per-block object stays the live
+// copy, or the key dies in the pack). The put of a pack object
 // is bounded by Timeout per started 4 MiB of payload. Errors: those of
 // Put; ErrInvalid when keys and blocks differ in length.
 func (t *Tier) PutPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (int, error) {
@@ -65,16 +67,18 @@ func (t *Tier) PutPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (i
 	done := 0
 	for done < len(keys) {
 		end := t.runEnd(keys, blocks, done)
-		var err error
 		if end-done == 1 {
-			err = t.Put(ctx, keys[done], blocks[done])
-		} else {
-			err = t.putPack(ctx, keys[done:end], blocks[done:end])
+			if err := t.Put(ctx, keys[done], blocks[done]); err != nil {
+				return done, err
+			}
+			done = end
+			continue
 		}
+		n, err := t.putPack(ctx, keys[done:end], blocks[done:end])
+		done += n
 		if err != nil {
 			return done, err
 		}
-		done = end
 	}
 	return done, nil
 }
@@ -103,8 +107,10 @@ func (t *Tier) runEnd(keys []tier.Key, blocks [][]byte, i int) int {
 	return j
 }
 
-// putPack stores keys (a run, see runEnd) as one pack object.
-func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) error {
+// putPack stores keys (a run, see runEnd) as one pack object, then deletes
+// the per-block objects of its keys, and returns how many keys it stored
+// (a prefix: if a delete fails, its key and the later ones are not).
+func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (int, error) {
 	k0 := keys[0]
 	ref := packRef{ns: k0.Namespace, object: k0.Object, gen: k0.Gen, first: k0.Index,
 		count: uint32(len(keys)), bsize: uint32(len(blocks[0])), last: uint32(len(blocks[len(blocks)-1]))}
@@ -117,7 +123,7 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) er
 	ref.stamp = t.nextStamp()
 	name := ref.name(t.opts.Prefix)
 	if err := ValidateName(name); err != nil {
-		return fmt.Errorf("g4 put pack %v: %w", k0, err)
+		return 0, fmt.Errorf("g4 put pack %v: %w", k0, err)
 	}
 	payload := ref.payload()
 	ok, wake := t.idx.reserveMany(keys, payload, t.opts.Capacity, t.high)
@@ -125,7 +131,7 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) er
 		t.signalEvict()
 	}
 	if !ok {
-		return fmt.Errorf("g4 put pack %v: %w (capacity %d bytes)", k0, tier.ErrNoSpace, t.opts.Capacity)
+		return 0, fmt.Errorf("g4 put pack %v: %w (capacity %d bytes)", k0, tier.ErrNoSpace, t.opts.Capacity)
 	}
 	reserved := true
 	defer func() {
@@ -133,17 +139,18 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) er
 			t.idx.unreserve(payload)
 		}
 	}()
+	// Keys that may have a per-block object (which a listing prefers to
+	// any pack): those the index says have one, every key when the tier
+	// is not listed. They are deleted once the pack is durable.
 	listed := t.listed.Load()
-	for _, k := range keys {
-		if e, ok := t.idx.entry(k); listed && (!ok || e.pk != nil) {
-			continue // no per-block object
+	singles := make([]bool, len(keys))
+	olds := make([]*indexEntry, len(keys)) // the per-block object's entry, if the index has one
+	for i, k := range keys {
+		e, ok := t.idx.entry(k)
+		singles[i] = !listed || ok && e.pk == nil
+		if ok && e.pk == nil {
+			olds[i] = &e
 		}
-		if err := t.call(ctx, "put pack", k, func(ctx context.Context) error {
-			return t.store.Delete(ctx, t.ObjectName(k))
-		}); err != nil {
-			return err
-		}
-		t.reap(ctx, t.idx.remove(k))
 	}
 	crcs := make([]uint32, len(blocks))
 	for i, b := range blocks {
@@ -167,15 +174,32 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) er
 			// succeeded, or deletes it when its keys live elsewhere).
 			_ = t.call(ctx, "put pack", k0, func(ctx context.Context) error { return t.store.Delete(ctx, name) })
 		}
-		return err
+		return 0, err
 	}
 	pk.mod = t.opts.Now().UnixNano()
 	reserved = false
 	empty := t.idx.putPack(pk)
-	t.puts.Add(uint64(len(keys)))
 	t.packPuts.Add(1)
+	for i, k := range keys {
+		if !singles[i] {
+			continue
+		}
+		if err := t.call(ctx, "put pack", k, func(ctx context.Context) error {
+			return t.store.Delete(ctx, t.ObjectName(k))
+		}); err != nil {
+			// keys[i:] read as the store would list them: a per-block
+			// object left wins; the others die in the pack.
+			for j := i; j < len(keys); j++ {
+				empty = append(empty, t.idx.unpack(keys[j], pk, olds[j])...)
+			}
+			t.puts.Add(uint64(i))
+			t.reap(ctx, empty)
+			return i, err
+		}
+	}
+	t.puts.Add(uint64(len(keys)))
 	t.reap(ctx, empty)
-	return nil
+	return len(keys), nil
 }
 
 // nextStamp returns a pack stamp larger than any handed out or seen in a

@@ -2,7 +2,9 @@ package g4_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -434,4 +436,45 @@ func TestVerifyStorePacks(t *testing.T) {
 	if err != nil || rep.Corrupt != 1 || len(rep.Bad) != 1 || !strings.Contains(rep.Bad[0].Error, "CRC32C") {
 		t.Fatalf("VerifyStore of a damaged pack = %+v, %v", rep, err)
 	}
+}
+
+// failDelete fails the Delete of one name, once.
+type failDelete struct {
+	g4.ObjectStore
+	name string
+	done bool
+}
+
+func (f *failDelete) Delete(ctx context.Context, name string) error {
+	if name == f.name && !f.done {
+		f.done = true
+		return fmt.Errorf("injected: %w", tier.ErrUnavailable)
+	}
+	return f.ObjectStore.Delete(ctx, name)
+}
+
+// TestPackKeepsOldCopyUntilDurable: the per-block object a pack replaces
+// is deleted only after the pack is stored; if that delete fails, its key
+// (and the later ones) count as not stored and it keeps its old copy,
+// before and after a restart.
+func TestPackKeepsOldCopyUntilDurable(t *testing.T) {
+	dir := t.TempDir()
+	keys, blocks := packRun(1, 0, 6, 4096, 4096, 20)
+	fs := &failDelete{ObjectStore: newLocal(t, dir), name: g4.BlockName(g4.DefaultPrefix, keys[2])}
+	tr := openTier(t, fs, g4.TierOptions{})
+	old := storetest.Data(21, 3000)
+	mustPutBlock(t, tr, keys[2], old)
+	n, err := tr.PutPack(bg, keys, blocks)
+	if n != 2 || !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("PutPack = %d, %v; want 2 and the delete's error", n, err)
+	}
+	checkBlocks(t, tr, append(keys[:2:2], keys[2]), append(blocks[:2:2], old))
+	for _, k := range keys[3:] {
+		if _, err := tr.Stat(bg, k); !errors.Is(err, tier.ErrNotFound) {
+			t.Fatalf("Stat %v after the failed delete = %v; want ErrNotFound", k, err)
+		}
+	}
+	tr.Close()
+	tr = openTier(t, newLocal(t, dir), g4.TierOptions{})
+	checkBlocks(t, tr, append(keys[:2:2], keys[2]), append(blocks[:2:2], old))
 }

@@ -27,9 +27,10 @@ import (
 //
 // Which copy of a key is live when a listing shows several: a per-block
 // object wins over any pack (PutPack deletes the per-block object of every
-// key it packs before the pack is written, so a per-block object that
-// coexists with a pack was written after it), and among packs the larger
-// stamp wins.
+// key it packs once the pack is durable, and counts a key whose delete
+// fails as not stored, so a per-block object that coexists with a pack
+// is the later copy or the one the index kept), and among packs the
+// larger stamp wins.
 //
 // The object is a pack header followed by the payloads, block i of the run
 // at offset headerLen + i×bsize. The header (little endian):
