@@ -273,7 +273,11 @@ func readPackHeader(ctx context.Context, store ObjectStore, name string, r packR
 		return nil, err
 	}
 	defer rc.Close()
-	return readHeaderFrom(rc, r)
+	crcs, err := readHeaderFrom(rc, r)
+	if err != nil {
+		return nil, err
+	}
+	return crcs, expectEOF(rc)
 }
 
 // readHeaderFrom reads the header of pack r from the start of rc and
@@ -303,7 +307,26 @@ func readRange(ctx context.Context, store ObjectStore, name string, off int64, p
 		}
 		return err
 	}
-	return nil
+	return expectEOF(rc)
+}
+
+// expectEOF reads rc to its end, which should be now: a reader that
+// yields more bytes than asked for is a header error (a pack longer than
+// its name says). Reading the end also lets an HTTP connection be reused
+// (a body closed before its end is not).
+func expectEOF(rc io.Reader) error {
+	var one [1]byte
+	for {
+		n, err := rc.Read(one[:])
+		switch {
+		case n > 0:
+			return fmt.Errorf("%w: pack longer than its name says", errHeader)
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // readPacked reads block k, a member of pk, into dst(length) with one
@@ -482,6 +505,12 @@ func (t *Tier) getRun(ctx context.Context, pk *pack, first uint32, keys []tier.K
 				return cause
 			}
 			ns[m] = len(p)
+		}
+		if err := expectEOF(rc); err != nil {
+			if isHeaderErr(err) {
+				bad, cause = -1, err
+			}
+			return err
 		}
 		return nil
 	})
