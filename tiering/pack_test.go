@@ -3,10 +3,16 @@ package tiering_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/g3"
+	"github.com/ctxmem/ctxmemd/tiering/g4"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // TestSinkPacks: sinking a 64-block file to a G4 that packs takes one PUT
@@ -83,5 +89,88 @@ func TestSinkPacks(t *testing.T) {
 	read(st.store, "after restart")
 	if tiers, _ := st.store.BlockTiers(id); tiers[63] != tiering.TierG4 {
 		t.Fatalf("after restart: %v", tiers)
+	}
+}
+
+// failPacks is an object store whose pack PUTs fail (names whose last
+// segment starts with 'p').
+type failPacks struct{ g4.ObjectStore }
+
+func (f failPacks) Put(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error {
+	if strings.HasPrefix(name[strings.LastIndexByte(name, '/')+1:], "p") {
+		return errors.New("injected: pack PUT refused")
+	}
+	return f.ObjectStore.Put(ctx, name, r, size, meta)
+}
+
+// TestSinkPackFails: when G4 refuses the pack, Sink fails, nothing is
+// recorded in G4 (every block keeps its G3 copy) and the file reads back,
+// before and after a restart.
+func TestSinkPackFails(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() (*tiering.Store, *g3.Store, *g4.Tier) {
+		t.Helper()
+		g3s, err := g3.Open(g3.Options{Dir: filepath.Join(dir, "g3"), SegmentBytes: 1 << 20, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, err := g4.NewLocal(filepath.Join(dir, "g4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t4, err := g4.NewTier(ctx, failPacks{local}, g4.TierOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tiering.Open(ctx, tiering.Config{DataDir: dir, G2Bytes: 2 << 20, G3: g3s, G4: t4, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, g3s, t4
+	}
+	s, g3s, t4 := open()
+	const bs = 64 << 10
+	want := data(8, 16*bs)
+	id, err := s.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sink(ctx, id)
+	if err == nil || res.Moved != 0 {
+		t.Fatalf("Sink with pack PUTs refused = %+v, %v; want an error and nothing moved", res, err)
+	}
+	if u := t4.Usage(); u.Blocks != 0 {
+		t.Fatalf("G4 holds %d blocks after a failed pack put", u.Blocks)
+	}
+	r, err := s.Residency(id)
+	if err != nil || r.G4 != 0 || r.G3 != 16 {
+		t.Fatalf("Residency after a failed sink = %+v, %v; want all 16 blocks in G3, none in G4", r, err)
+	}
+	check := func(s *tiering.Store, what string) {
+		t.Helper()
+		got := make([]byte, len(want))
+		if n, err := s.ReadAt(ctx, id, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+			t.Fatalf("read %s: n=%d err=%v", what, n, err)
+		}
+	}
+	check(s, "after the failed sink")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g3s.Close()
+	t4.Close()
+	s, g3s, t4 = open()
+	defer func() { s.Close(); g3s.Close(); t4.Close() }()
+	check(s, "after a restart")
+	var keys []tier.Key
+	if err := t4.Range(ctx, func(k tier.Key, _ int64) bool { keys = append(keys, k); return true }); err != nil || len(keys) != 0 {
+		t.Fatalf("G4 lists %v after a failed sink (%v)", keys, err)
 	}
 }
