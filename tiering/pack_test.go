@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
@@ -172,5 +173,61 @@ func TestSinkPackFails(t *testing.T) {
 	var keys []tier.Key
 	if err := t4.Range(ctx, func(k tier.Key, _ int64) bool { keys = append(keys, k); return true }); err != nil || len(keys) != 0 {
 		t.Fatalf("G4 lists %v after a failed sink (%v)", keys, err)
+	}
+}
+
+// TestPackDeletedWithItsObject: truncating a sunk file to 0 (a new
+// generation) and deleting another queue their G4 keys for deletion; each
+// pack object goes once its last block is deleted, and nothing of them is
+// left in G4's store.
+func TestPackDeletedWithItsObject(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStack(t, dir, filepath.Join(dir, "g3"), 0, true)
+	defer st.close(t)
+	const bs = 64 << 10
+	var ids []tiering.ObjectID
+	for i := range 2 {
+		id, err := st.store.Create("ns", bs, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.store.WriteAt(ctx, id, data(uint64(20+i), 40*bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.store.Flush(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.store.Sink(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if s := st.g4.Stats(); s.Packs != 2 {
+		t.Fatalf("G4 stats after sinking two files: %+v; want 2 packs", s)
+	}
+	if err := st.store.Truncate(ctx, ids[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.store.Delete(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var names []string
+		err := st.g4.Store().List(ctx, g4.DefaultPrefix+"/", func(a g4.ObjectAttrs) bool { names = append(names, a.Name); return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 && st.g4.Usage().Blocks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("G4 still holds %v (%+v) after the files' blocks were deleted", names, st.g4.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := st.g4.Stats(); s.PacksDeleted != 2 {
+		t.Fatalf("G4 stats: %+v; want 2 packs deleted", s)
 	}
 }
