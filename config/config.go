@@ -121,6 +121,10 @@ type Config struct {
 	G4Size int64
 	// G4High and G4Low are the G4 watermarks (fractions of G4Size).
 	G4High, G4Low float64
+	// G4PackSize bounds one G4 pack object in bytes, header included: a
+	// file sunk to G4 is stored as runs of its blocks of up to this size,
+	// one object each; 0 = one object per block.
+	G4PackSize int64
 	// HeatHalfLife is the heat-score decay half-life.
 	HeatHalfLife time.Duration
 	// ColdThreshold and WarmThreshold split heat scores (0–100) into cold

@@ -106,6 +106,8 @@ func table() []Option {
 			setFraction(func(c *Config) *float64 { return &c.G4High }), getFloat(func(c *Config) *float64 { return &c.G4High })),
 		opt("g4_low", "0.85", "G4 low watermark: eviction stops at it",
 			setFraction(func(c *Config) *float64 { return &c.G4Low }), getFloat(func(c *Config) *float64 { return &c.G4Low })),
+		opt("g4_pack_size", "16MiB", "largest G4 pack object: a file sunk to G4 is stored as runs of its blocks of up to this size (one PUT each instead of one per block; keep it at most 16MiB on S3, whose larger uploads take several requests); 1MiB to 256MiB, or 0 for one object per block",
+			setSize(func(c *Config) *int64 { return &c.G4PackSize }), getSize(func(c *Config) *int64 { return &c.G4PackSize })),
 		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",

@@ -169,6 +169,9 @@ func (c Config) Validate() error {
 	if c.G4Size < G4SizeAuto || c.G4Size > 0 && c.G4Size < maxBlock {
 		bad("g4_size", "%s is smaller than the largest block size %s (auto, 0 for unbounded, or a size)", FormatSize(c.G4Size), FormatSize(maxBlock))
 	}
+	if c.G4PackSize != 0 && (c.G4PackSize < 1<<20 || c.G4PackSize > 256<<20) {
+		bad("g4_pack_size", "%s: want 1MiB to 256MiB, or 0 for one object per block", FormatSize(c.G4PackSize))
+	}
 	if c.WriteTimeout < time.Second {
 		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
 	}

@@ -7,6 +7,7 @@
 //
 //	tier_used_bytes{tier}, tier_capacity_bytes{tier}, tier_blocks{tier}   gauges
 //	tier_high_watermark_ratio{tier}, tier_low_watermark_ratio{tier}       gauges (when set)
+//	tier_requests_total{tier,type}                                       counters (G4: object-store requests)
 //	read_requests_total, read_request_hits_total                         counters
 //	block_reads_total, block_misses_total, block_hits_total{tier}        counters
 //	read_bytes_total, byte_hits_total{tier}                              counters
@@ -140,7 +141,7 @@ type descs struct {
 	ctlConnected, ctlMsgs, ctlCmds, ctlDropped, ctlQueued     *prometheus.Desc
 	ctlLeader, g4Removed, nsTokens, nsPrefill                 *prometheus.Desc
 	prestage, prestageWasted                                  *prometheus.Desc
-	restoreSkipped, readCost                                  *prometheus.Desc
+	restoreSkipped, readCost, tierRequests                    *prometheus.Desc
 }
 
 const ns = "ctxmem"
@@ -153,18 +154,19 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 // reports version in ctxmem_build_info.
 func NewCollector(snap SnapshotFunc, version string) *Collector {
 	return &Collector{snap: snap, version: version, descs: descs{
-		tierUsed:    newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
-		tierCap:     newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
-		tierBlocks:  newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
-		tierHigh:    newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
-		tierLow:     newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
-		reqs:        newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
-		reqHits:     newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
-		blockReads:  newDesc("block_reads_total", "Block reads."),
-		blockMisses: newDesc("block_misses_total", "Block reads that found the block in no tier."),
-		blockHits:   newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
-		byteReads:   newDesc("read_bytes_total", "Bytes requested by reads."),
-		byteHits:    newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
+		tierUsed:     newDesc("tier_used_bytes", "Bytes of block payload held by the tier.", "tier"),
+		tierCap:      newDesc("tier_capacity_bytes", "Configured capacity of the tier in bytes (0 = unbounded).", "tier"),
+		tierBlocks:   newDesc("tier_blocks", "Blocks held by the tier.", "tier"),
+		tierHigh:     newDesc("tier_high_watermark_ratio", "High watermark of the tier as a fraction of capacity.", "tier"),
+		tierLow:      newDesc("tier_low_watermark_ratio", "Low watermark of the tier as a fraction of capacity.", "tier"),
+		tierRequests: newDesc("tier_requests_total", "Requests sent to the tier's backend, by type (put, get, head, list, delete), for tiers billed per request (G4 on an object store).", "tier", "type"),
+		reqs:         newDesc("read_requests_total", "Read requests (one ReadAt call each)."),
+		reqHits:      newDesc("read_request_hits_total", "Read requests all of whose blocks were found."),
+		blockReads:   newDesc("block_reads_total", "Block reads."),
+		blockMisses:  newDesc("block_misses_total", "Block reads that found the block in no tier."),
+		blockHits:    newDesc("block_hits_total", "Block reads served, by the tier that served them.", "tier"),
+		byteReads:    newDesc("read_bytes_total", "Bytes requested by reads."),
+		byteHits:     newDesc("byte_hits_total", "Bytes served, by tier.", "tier"),
 		hitRatio: newDesc("hit_ratio", "KV lookup hit ratio of the mount since start (0-1): kind=\"served_from_g2\" is G2 hits / lookups, "+
 			"kind=\"found_in_any_tier\" is hits in any tier / lookups; a lookup is an open for reading of an existing file (a hit) "+
 			"or a name lookup answered ENOENT (a miss).", "kind"),
@@ -240,7 +242,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
 		d.nbdConns, d.nbdActive, d.nbdReqs, d.nbdErrs, d.nbdBytes,
-		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted, d.restoreSkipped, d.readCost} {
+		d.ctlConnected, d.ctlMsgs, d.ctlCmds, d.ctlDropped, d.ctlQueued, d.ctlLeader, d.g4Removed, d.nsTokens, d.nsPrefill, d.prestage, d.prestageWasted, d.restoreSkipped, d.readCost, d.tierRequests} {
 		ch <- x
 	}
 	ch <- reuseDistance
@@ -323,6 +325,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.fuseReqs, p.DaemonWrites, "write")
 	}
 	for _, t := range s.Tiers {
+		if r := t.Requests; r != nil {
+			counter(d.tierRequests, r.Put, t.Name, "put")
+			counter(d.tierRequests, r.Get, t.Name, "get")
+			counter(d.tierRequests, r.Head, t.Name, "head")
+			counter(d.tierRequests, r.List, t.Name, "list")
+			counter(d.tierRequests, r.Delete, t.Name, "delete")
+		}
 		gauge(d.tierUsed, float64(t.UsedBytes), t.Name)
 		gauge(d.tierCap, float64(t.CapacityBytes), t.Name)
 		gauge(d.tierBlocks, float64(t.Blocks), t.Name)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ctxmem/ctxmemd/hitratio"
 	"github.com/ctxmem/ctxmemd/tiering"
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 func snapshot(objects int64) Snapshot {
@@ -27,7 +28,7 @@ func snapshot(objects int64) Snapshot {
 			{Name: "G2", UsedBytes: 3 << 20, CapacityBytes: 1 << 30, Blocks: 12, HighWatermark: 0.9, LowWatermark: 0.75},
 			{Name: "G3", UsedBytes: 5 << 20, CapacityBytes: 10 << 30, Blocks: 20, Full: true, Health: "down", HealthReason: "5 failed calls",
 				HealthChanges: map[string]int64{"degraded": 1, "down": 1}, Refused: 4},
-			{Name: "G4", UsedBytes: 7, CapacityBytes: 0, Blocks: 1},
+			{Name: "G4", UsedBytes: 7, CapacityBytes: 0, Blocks: 1, Requests: &tier.Requests{Put: 3, Get: 5, List: 1}},
 		},
 		Stats: tiering.Stats{
 			ReadRequests: 10, ReadRequestHits: 7,

@@ -80,6 +80,10 @@ type TierUsage struct {
 	// tier's first listing: it started while the tier did not answer, and
 	// blocks only the tier holds read as I/O errors until it does.
 	Recovering bool `json:"recovering,omitempty"`
+	// Requests counts the backend requests of a tier that is billed per
+	// request (G4 on an object store: tier.RequestCounter) since start,
+	// by type; nil for other tiers.
+	Requests *tier.Requests `json:"requests,omitempty"`
 }
 
 // Errors returned by the Store (test with errors.Is). Tier errors

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -26,8 +27,13 @@ type MoveResult struct {
 // command for cold private objects): dirty blocks are written back first
 // (Flush), each block without a G4 copy is copied there (from G2 when it
 // is resident, else read from G3), then its G2 and G3 copies are dropped.
-// A block rewritten while it is being sunk keeps its new bytes in G2 and
-// its normal write-back; the object stays readable throughout.
+// When G4 packs (tier.Packer) and the object is not of the device class,
+// the blocks go in batches of up to the tier's pack size, one PutPack
+// each (one object per run instead of one per block); device-class
+// objects (NBD exports, rewritten in place) keep one object per block, so
+// a small write never rewrites a big object. A block rewritten while it is
+// being sunk keeps its new bytes in G2 and its normal write-back; the
+// object stays readable throughout.
 // Errors: ErrNotExist, ErrPinned, ErrInvalid when the store has no G4,
 // tier errors from G4 (the blocks not yet sunk keep their copies), ctx
 // errors.
@@ -43,6 +49,11 @@ func (s *Store) Sink(ctx context.Context, id ObjectID) (MoveResult, error) {
 	o := s.get(id)
 	if o == nil {
 		return res, ErrNotExist
+	}
+	if pk, ok := s.g4.(tier.Packer); ok && o.dur != DurabilityDevice {
+		if batch := pk.PackBlocks(o.ns, o.bs); batch > 1 {
+			return s.sinkPacked(ctx, o, idxs, pk, batch)
+		}
 	}
 	buf, err := s.pool.get(tier.MaxBlockSize)
 	if err != nil {
@@ -92,50 +103,183 @@ func (s *Store) movable(ctx context.Context, id ObjectID) ([]uint32, error) {
 	return idxs, nil
 }
 
+// sinkPacked is Sink through G4's PutPack: batches of batch blocks (what
+// fits in one pack object) share one staging buffer for the call.
+func (s *Store) sinkPacked(ctx context.Context, o *object, idxs []uint32, pk tier.Packer, batch int) (MoveResult, error) {
+	var res MoveResult
+	buf := make([]byte, batch*o.bs)
+	for len(idxs) > 0 {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		n := min(batch, len(idxs))
+		r, err := s.sinkBatch(ctx, o, idxs[:n], pk, buf)
+		res.Moved += r.Moved
+		res.Released += r.Released
+		if err != nil {
+			return res, err
+		}
+		idxs = idxs[n:]
+	}
+	return res, nil
+}
+
+// sinkItem is one block of a sink whose G4 put runs without o.mu, in a
+// busy span: the block state, version and key it was read at, its bytes.
+type sinkItem struct {
+	idx  uint32
+	b    *blockState
+	ver  uint64
+	k    tier.Key
+	data []byte
+}
+
+// sinkBatch sinks the blocks idxs of o with one PutPack (the busy-span
+// protocol of sinkBlock, for every block of the batch at once); buf holds
+// the batch's bytes.
+func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier.Packer, buf []byte) (MoveResult, error) {
+	var res MoveResult
+	o.mu.Lock()
+	var items []sinkItem
+	var prepErr error
+	off := 0
+	for _, idx := range idxs {
+		it, ok, err := s.sinkPrepLocked(ctx, o, idx, buf[off:])
+		if err != nil {
+			prepErr = err // put what is prepared, then report it
+			break
+		}
+		switch {
+		case !ok:
+		case it.data == nil: // already in G4
+			res.Released += s.releaseUpperLocked(o, it.idx, it.b, it.k)
+		default:
+			items = append(items, it)
+			off += len(it.data)
+		}
+	}
+	o.mu.Unlock()
+	if len(items) == 0 {
+		return res, prepErr
+	}
+	keys := make([]tier.Key, len(items))
+	blocks := make([][]byte, len(items))
+	for i, it := range items {
+		keys[i], blocks[i] = it.k, it.data
+	}
+	n, err := s.putPackTo(ctx, pk, keys, blocks)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var first error
+	for i, it := range items {
+		var perr error
+		if i >= n {
+			perr = err
+			if perr == nil {
+				perr = fmt.Errorf("%w: G4 stored %d of %d blocks", tier.ErrUnavailable, n, len(items)) // cannot happen (tier.Packer)
+			}
+		}
+		moved, released, derr := s.sinkDoneLocked(o, it, perr)
+		if moved {
+			res.Moved++
+		}
+		res.Released += released
+		if first == nil {
+			first = derr
+		}
+	}
+	if first == nil {
+		first = prepErr
+	}
+	return res, first
+}
+
+// putPackTo is putTo for a PutPack to G4 (through its health machine).
+func (s *Store) putPackTo(ctx context.Context, pk tier.Packer, keys []tier.Key, blocks [][]byte) (int, error) {
+	h := s.health[tiG4]
+	if err := h.Admit(health.PutLast); err != nil {
+		return 0, err
+	}
+	n, err := pk.PutPack(ctx, keys, blocks)
+	h.Observe(health.Put, err)
+	return n, err
+}
+
 // sinkBlock gives block idx a G4 copy and drops its G3 and G2 copies.
 // The G4 put runs without the object lock (the busy span keeps write-back
 // of a newer version from racing it, as in demoteOne).
 func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte) (moved bool, released int, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	it, ok, err := s.sinkPrepLocked(ctx, o, idx, buf)
+	if err != nil || !ok {
+		return false, 0, err
+	}
+	if it.data == nil { // already in G4
+		return false, s.releaseUpperLocked(o, idx, it.b, it.k), nil
+	}
+	o.mu.Unlock()
+	err = s.putTo(ctx, tiG4, it.k, it.data, true)
+	o.mu.Lock()
+	return s.sinkDoneLocked(o, it, err)
+}
+
+// sinkPrepLocked decides what sinking block idx takes, o.mu held for
+// writing: ok false if there is nothing to do (a hole, or a block dirty,
+// busy or held: its write-back places it); it.data nil if the block has a
+// G4 copy already (only its upper copies are to drop); otherwise its bytes
+// read into buf and a busy span begun, to be ended by sinkDoneLocked.
+// Errors: ErrNotExist, a read error.
+func (s *Store) sinkPrepLocked(ctx context.Context, o *object, idx uint32, buf []byte) (it sinkItem, ok bool, err error) {
 	b := o.blocks[idx]
 	if o.deleted {
-		return false, 0, ErrNotExist
+		return it, false, ErrNotExist
 	}
 	if b == nil || b.dirty || o.isBusy(idx) || o.held() {
-		return false, 0, nil // rewritten meanwhile: its write-back places it
+		return it, false, nil // rewritten meanwhile: its write-back places it
 	}
-	k := o.key(idx)
-	if !b.inG4 {
-		n := o.blockLen(idx)
-		data := buf[:n]
-		if g := b.g2.Load(); g != nil {
-			copyBlock(data, g, 0)
-		} else if _, err := s.readLower(ctx, o, idx, b, data, 0); err != nil {
-			return false, 0, fmt.Errorf("sink %s: read: %w", k, err)
-		}
-		ver := b.version
-		o.beginBusy(idx)
-		o.mu.Unlock()
-		err := s.putTo(ctx, tiG4, k, data, true)
-		o.mu.Lock()
-		defer s.endBusyLocked(o, idx, true) // runs before the deferred unlock
-		s.maybeStoredLocked(o, idx, k, err)
-		live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver
-		if !live {
-			if err == nil {
-				s.discardCopyLocked(o, idx, s.g4, k)
-			}
-			return false, 0, nil // rewritten or dropped: its write-back places it
-		}
-		if err != nil {
-			return false, 0, fmt.Errorf("sink %s: %w", k, err)
-		}
-		b.inG4 = true
-		o.clearStale(idx, staleG4)
-		moved = true
-		s.c.demotions[tiG4].Add(1)
+	it = sinkItem{idx: idx, b: b, k: o.key(idx)}
+	if b.inG4 {
+		return it, true, nil
 	}
+	data := buf[:o.blockLen(idx)]
+	if g := b.g2.Load(); g != nil {
+		copyBlock(data, g, 0)
+	} else if _, err := s.readLower(ctx, o, idx, b, data, 0); err != nil {
+		return it, false, fmt.Errorf("sink %s: read: %w", it.k, err)
+	}
+	it.ver, it.data = b.version, data
+	o.beginBusy(idx)
+	return it, true, nil
+}
+
+// sinkDoneLocked applies the G4 put of it (err its result), o.mu held
+// for writing: if the block is still the one read, it is recorded in G4
+// and its upper copies dropped; a copy stored for a block rewritten or
+// dropped meanwhile is discarded. It ends the busy span.
+func (s *Store) sinkDoneLocked(o *object, it sinkItem, err error) (moved bool, released int, rerr error) {
+	defer s.endBusyLocked(o, it.idx, true)
+	b := it.b
+	s.maybeStoredLocked(o, it.idx, it.k, err)
+	live := !o.deleted && o.gen == it.k.Gen && o.blocks[it.idx] == b && b.version == it.ver
+	if !live {
+		if err == nil {
+			s.discardCopyLocked(o, it.idx, s.g4, it.k)
+		}
+		return false, 0, nil // rewritten or dropped: its write-back places it
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("sink %s: %w", it.k, err)
+	}
+	b.inG4 = true
+	o.clearStale(it.idx, staleG4)
+	s.c.demotions[tiG4].Add(1)
+	return true, s.releaseUpperLocked(o, it.idx, b, it.k), nil
+}
+
+// releaseUpperLocked drops the G3 and G2 copies of block idx, which has a
+// G4 copy, and returns how many it dropped; o.mu held for writing.
+func (s *Store) releaseUpperLocked(o *object, idx uint32, b *blockState, k tier.Key) (released int) {
 	if b.inG3 {
 		// Until it is deleted the G3 copy would outlive a rewrite of the
 		// key to G4: recorded stale, so the object is not recorded clean
@@ -152,7 +296,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		s.c.evictions[tiG2].Add(1)
 		released++
 	}
-	return moved, released, nil
+	return released
 }
 
 // Demote moves the object's blocks out of G2 (the scheduler's "demote"

@@ -867,6 +867,10 @@ func (s *Store) Occupancy() []TierUsage {
 		if t == s.g4 && s.g4Waiting() {
 			tu.Degraded, tu.Recovering = true, true
 		}
+		if rc, ok := t.(tier.RequestCounter); ok {
+			r := rc.Requests()
+			tu.Requests = &r
+		}
 		out = append(out, tu)
 	}
 	return out

@@ -263,6 +263,7 @@ func (d *daemon) open(ctx context.Context) error {
 			// recovers its blocks in the background.
 			OpenUnlisted: true,
 			OpenTimeout:  g4OpenTimeout,
+			PackSize:     g4PackSize(cfg.G4PackSize),
 		})
 		if err != nil {
 			return fmt.Errorf("open G4 %s: %w", cfg.G4, err)
@@ -772,4 +773,13 @@ func g3CompactLive(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// g4PackSize maps g4_pack_size to g4.TierOptions.PackSize: 0 (one object
+// per block) is negative there.
+func g4PackSize(n int64) int {
+	if n == 0 {
+		return -1
+	}
+	return int(n)
 }

@@ -104,16 +104,14 @@ func (t *Tier) evictAll(ctx context.Context, cands []candidate, low int64, start
 				if i >= int64(len(cands)) || t.idx.load() <= low {
 					return
 				}
-				ok, err := t.evictOne(ctx, cands[i], start)
+				n, err := t.evictOne(ctx, cands[i], start)
 				if err != nil {
 					errOnce.Do(func() { first = err })
 					stop.Store(true)
 					return
 				}
-				if ok {
-					deleted.Add(1)
-					t.evicted.Add(1)
-				}
+				deleted.Add(int64(n))
+				t.evicted.Add(uint64(n))
 			}
 		})
 	}
@@ -122,11 +120,42 @@ func (t *Tier) evictAll(ctx context.Context, cands []candidate, low int64, start
 }
 
 // evictOne deletes the block of candidate c if its index entry is still
-// the one chosen and its object is not newer than start.
-func (t *Tier) evictOne(ctx context.Context, c candidate, start time.Time) (bool, error) {
+// the one chosen and its object is not newer than start, or the pack
+// object of c if it is still known, and returns how many live blocks it
+// deleted.
+func (t *Tier) evictOne(ctx context.Context, c candidate, start time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("g4 evict: %w", err)
+		return 0, fmt.Errorf("g4 evict: %w", err)
 	}
+	if c.pk != nil {
+		return t.evictPack(ctx, c.pk, start)
+	}
+	ok, err := t.evictBlock(ctx, c, start)
+	if ok {
+		return 1, err
+	}
+	return 0, err
+}
+
+// evictPack deletes pack object pk whole if it is still known with a live
+// member and was stored before start, and returns how many live blocks
+// went with it.
+func (t *Tier) evictPack(ctx context.Context, pk *pack, start time.Time) (int, error) {
+	k, live := t.idx.packLive(pk)
+	if !live || pk.mod > start.UnixNano() {
+		return 0, nil
+	}
+	if err := t.call(ctx, "evict", k, func(ctx context.Context) error {
+		return t.store.Delete(ctx, pk.name)
+	}); err != nil {
+		return 0, err
+	}
+	t.packsDeleted.Add(1)
+	return t.idx.dropPack(pk), nil
+}
+
+// evictBlock is evictOne for a block in its own object.
+func (t *Tier) evictBlock(ctx context.Context, c candidate, start time.Time) (bool, error) {
 	unlock := t.locks.lock(c.k)
 	defer unlock()
 	if e, ok := t.idx.entry(c.k); !ok || e.seq != c.seq {
@@ -140,7 +169,7 @@ func (t *Tier) evictOne(ctx context.Context, c candidate, start time.Time) (bool
 		return err
 	})
 	if errors.Is(err, tier.ErrNotFound) {
-		t.idx.removeIfSeq(c.k, c.seq)
+		t.reap(ctx, t.idx.removeIfSeq(c.k, c.seq))
 		return false, nil
 	}
 	if err != nil {
@@ -157,7 +186,7 @@ func (t *Tier) evictOne(ctx context.Context, c candidate, start time.Time) (bool
 	}); err != nil {
 		return false, err
 	}
-	t.idx.remove(c.k)
+	t.reap(ctx, t.idx.remove(c.k))
 	return true, nil
 }
 

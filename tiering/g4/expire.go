@@ -30,10 +30,17 @@ func (t *Tier) ExpireBefore(ctx context.Context, before time.Time) (int, error) 
 	}
 	lctx, cancel := context.WithTimeout(ctx, t.opts.ListTimeout)
 	var old []tier.Key
+	var oldPacks []packRef
 	err := t.store.List(lctx, t.opts.Prefix+"/", func(a ObjectAttrs) bool {
-		k, ok := ParseBlockName(t.opts.Prefix, a.Name)
-		if ok && a.ModTime.Before(before) && !t.retained(k) {
-			old = append(old, k)
+		if !a.ModTime.Before(before) {
+			return true
+		}
+		if k, ok := ParseBlockName(t.opts.Prefix, a.Name); ok {
+			if !t.retained(k) {
+				old = append(old, k)
+			}
+		} else if r, ok := parsePackName(t.opts.Prefix, a.Name, t.opts.MaxBlockSize); ok {
+			oldPacks = append(oldPacks, r)
 		}
 		return true
 	})
@@ -41,7 +48,16 @@ func (t *Tier) ExpireBefore(ctx context.Context, before time.Time) (int, error) 
 	if err != nil {
 		return 0, t.listErr(err)
 	}
+	t.reap(ctx, t.idx.emptyPacks()) // deletes that failed before
 	n := 0
+	for _, r := range oldPacks {
+		deleted, err := t.expirePack(ctx, r)
+		n += deleted
+		t.expired.Add(uint64(deleted))
+		if err != nil {
+			return n, err
+		}
+	}
 	for _, k := range old {
 		deleted, err := t.expireOne(ctx, k, before)
 		if err != nil {
@@ -52,7 +68,7 @@ func (t *Tier) ExpireBefore(ctx context.Context, before time.Time) (int, error) 
 			t.expired.Add(1)
 		}
 	}
-	if s, ok := t.store.(staleRemover); ok {
+	if s, ok := t.raw.(staleRemover); ok {
 		cutoff := t.opts.Now().Add(-staleTempAge)
 		if before.Before(cutoff) {
 			cutoff = before
@@ -76,7 +92,7 @@ func (t *Tier) expireOne(ctx context.Context, k tier.Key, before time.Time) (boo
 		return err
 	})
 	if errors.Is(err, tier.ErrNotFound) {
-		t.idx.remove(k)
+		t.reap(ctx, t.idx.remove(k))
 		return false, nil
 	}
 	if err != nil {
@@ -90,8 +106,37 @@ func (t *Tier) expireOne(ctx context.Context, k tier.Key, before time.Time) (boo
 	}); err != nil {
 		return false, err
 	}
-	t.idx.remove(k)
+	t.reap(ctx, t.idx.remove(k))
 	return true, nil
+}
+
+// expirePack deletes the pack object r, stored before the expiry's
+// cutoff, unless a live member is retained (a pack holds one object
+// generation, so its first live member speaks for all), and returns how
+// many live blocks went with it. Pack objects are never rewritten, so
+// the listing's ModTime needs no second look.
+func (t *Tier) expirePack(ctx context.Context, r packRef) (int, error) {
+	name := r.name(t.opts.Prefix)
+	pk := t.idx.knownPack(name)
+	k := r.key(0)
+	if pk != nil {
+		if lk, live := t.idx.packLive(pk); live {
+			k = lk
+		}
+	}
+	if t.retained(k) {
+		return 0, nil
+	}
+	if err := t.call(ctx, "expire", k, func(ctx context.Context) error {
+		return t.store.Delete(ctx, name)
+	}); err != nil {
+		return 0, err
+	}
+	t.packsDeleted.Add(1)
+	if pk == nil {
+		return 0, nil // no live member known (listed since the last Range)
+	}
+	return t.idx.dropPack(pk), nil
 }
 
 // SweeperOptions configures a Sweeper. Zero values take the defaults.

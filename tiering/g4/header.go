@@ -8,7 +8,8 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
-// Every G4 object starts with a block header: a fixed 64-byte part and the
+// Every per-block G4 object (Put) starts with a block header (pack
+// objects have their own, packname.go): a fixed 64-byte part and the
 // key's namespace bytes, followed by the block payload. All integers are
 // little endian.
 //

@@ -24,8 +24,9 @@ import (
 // listed or dropped with one prefix listing; a namespace (model identity)
 // can be drained or expired by prefix, or given its own S3 lifecycle rule.
 // One object per block costs one S3 PUT and one GET per block (about 10–50
-// ms of latency and a per-request fee each); packing many blocks per object
-// is left to the S3 backend issue, which can measure it.
+// ms of latency and a per-request fee each), so runs of blocks of one
+// generation can instead share a pack object in the same directory
+// (packname.go), whose last segment starts with 'p'.
 
 // emptyNamespace is the segment that stands for the empty namespace; a lone
 // '%' is never produced by encodeSegment.

@@ -57,6 +57,13 @@ type TierOptions struct {
 	OpenUnlisted bool
 	// OpenTimeout bounds the first listing, at open (default ListTimeout).
 	OpenTimeout time.Duration
+	// PackSize bounds the size of one pack object PutPack writes, in
+	// bytes, header included (default DefaultPackSize, 16 MiB;
+	// MinPackSize to MaxPackSize; a block too large for a pack of two is
+	// stored alone); negative turns packing off (PutPack stores one
+	// object per block). On S3 keep it at most the store's part size, so
+	// that a pack is one PUT request.
+	PackSize int
 }
 
 // Defaults of TierOptions.
@@ -82,6 +89,10 @@ type Stats struct {
 	Expired      uint64 // blocks deleted by ExpireBefore
 	Evicted      uint64 // blocks deleted by Evict (size eviction)
 	Unavailable  uint64 // backend calls that failed as unavailable (incl. timeouts)
+	PackPuts     uint64 // pack objects stored (their blocks count in Puts)
+	PacksDeleted uint64 // pack objects deleted (last live block gone, or corrupt header)
+	Packs        uint64 // pack objects known now
+	ReadAhead    uint64 // Gets of pack members served from a read-ahead
 }
 
 // Tier is the G4 tier: a tier.Tier and tier.Expirer that stores one object
@@ -94,7 +105,9 @@ type Stats struct {
 // (index.go) answers Stat and Usage without backend calls. Safe for
 // concurrent use.
 type Tier struct {
-	store   ObjectStore
+	store   ObjectStore // raw, wrapped to count requests
+	raw     ObjectStore
+	req     reqCounters
 	opts    TierOptions
 	idx     *index
 	locks   keyLocks
@@ -107,7 +120,11 @@ type Tier struct {
 	wake chan struct{} // EvictSignal: a Put took the load over high, or was refused
 	high int64         // HighWatermark × Capacity, bytes
 
+	stamp atomic.Uint64 // the largest pack stamp handed out or listed (nextStamp)
+	ra    readAhead     // blocks of packs read ahead (readahead.go)
+
 	puts, gets, misses, crcErrs, hdrErrs, quarantined, expired, evicted, unavailable atomic.Uint64
+	packPuts, packsDeleted, readAheads                                               atomic.Uint64
 }
 
 // SetRetainer implements tier.Retaining: from now on r, not
@@ -173,8 +190,15 @@ func NewTier(ctx context.Context, store ObjectStore, opts TierOptions) (*Tier, e
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = opts.ListTimeout
 	}
-	t := &Tier{store: store, opts: opts, idx: newIndex(), wake: make(chan struct{}, 1),
+	if opts.PackSize == 0 {
+		opts.PackSize = DefaultPackSize
+	}
+	if opts.PackSize > 0 && (opts.PackSize < MinPackSize || opts.PackSize > MaxPackSize) {
+		return nil, fmt.Errorf("g4: PackSize %d: want %d to %d bytes, or negative (off)", opts.PackSize, MinPackSize, MaxPackSize)
+	}
+	t := &Tier{raw: store, opts: opts, idx: newIndex(), wake: make(chan struct{}, 1),
 		high: int64(math.Round(opts.HighWatermark * float64(opts.Capacity)))}
+	t.store = countingStore{store, &t.req}
 	if _, err := t.refreshWithin(ctx, opts.OpenTimeout); err != nil {
 		if opts.OpenUnlisted && errors.Is(err, tier.ErrUnavailable) {
 			return t, nil
@@ -200,6 +224,8 @@ func (t *Tier) Stats() Stats {
 		CRCErrors: t.crcErrs.Load(), HeaderErrors: t.hdrErrs.Load(),
 		Quarantined: t.quarantined.Load(), Expired: t.expired.Load(),
 		Evicted: t.evicted.Load(), Unavailable: t.unavailable.Load(),
+		PackPuts: t.packPuts.Load(), PacksDeleted: t.packsDeleted.Load(), Packs: uint64(t.idx.packCount()),
+		ReadAhead: t.readAheads.Load(),
 	}
 }
 
@@ -211,14 +237,14 @@ func (t *Tier) Healthy() bool {
 	if !t.listed.Load() {
 		return false
 	}
-	if h, ok := t.store.(tier.HealthReporter); ok {
+	if h, ok := t.raw.(tier.HealthReporter); ok {
 		return h.Healthy()
 	}
 	return true
 }
 
 // Store returns the backend the tier runs on.
-func (t *Tier) Store() ObjectStore { return t.store }
+func (t *Tier) Store() ObjectStore { return t.raw }
 
 // ObjectName returns the object name that holds block k.
 func (t *Tier) ObjectName(k tier.Key) string { return BlockName(t.opts.Prefix, k) }
@@ -284,10 +310,11 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 		body := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(data))
 		return t.store.Put(ctx, name, body, int64(len(hdr))+n, nil)
 	})
-	t.idx.put(k, n, err == nil, t.opts.Now().UnixNano())
+	empty := t.idx.put(k, n, err == nil, t.opts.Now().UnixNano())
 	if err == nil {
 		t.puts.Add(1)
 	}
+	t.reap(ctx, empty)
 	return err
 }
 
@@ -326,19 +353,33 @@ func (t *Tier) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, e
 		return (*scratch)[:length]
 	}
 	var data []byte
+	e, _ := t.idx.entry(k)
+	pk := e.pk // non-nil: the block is a member of a pack object
 	err := t.call(ctx, "get", k, func(ctx context.Context) error {
 		var err error
-		data, err = t.readBlock(ctx, k, dst)
+		if pk != nil {
+			data, err = t.readPacked(ctx, k, pk, dst)
+		} else {
+			data, err = t.readBlock(ctx, k, dst)
+		}
 		return err
 	})
 	switch {
 	case err == nil:
 	case errors.Is(err, tier.ErrNotFound):
 		t.misses.Add(1)
-		t.idx.removeIfOlder(k, seq)
+		if pk != nil {
+			t.idx.dropPack(pk) // pack objects are never rewritten: it is gone
+		} else {
+			t.reap(ctx, t.idx.removeIfOlder(k, seq))
+		}
 		return 0, err
 	case errors.Is(err, tier.ErrCorrupt):
-		t.quarantine(ctx, k, err)
+		if pk != nil {
+			t.quarantinePacked(ctx, k, pk, err)
+		} else {
+			t.quarantine(ctx, k, err)
+		}
 		return 0, err
 	default:
 		return 0, err
@@ -436,7 +477,7 @@ func (t *Tier) quarantine(ctx context.Context, k tier.Key, cause error) {
 	case err == nil:
 		return // replaced by a good copy
 	case errors.Is(err, tier.ErrNotFound):
-		t.idx.remove(k)
+		t.reap(ctx, t.idx.remove(k))
 		return
 	case !errors.Is(err, tier.ErrCorrupt):
 		return // cannot tell now; the next read retries
@@ -445,7 +486,7 @@ func (t *Tier) quarantine(ctx context.Context, k tier.Key, cause error) {
 		return t.store.Delete(ctx, t.ObjectName(k))
 	}) == nil {
 		t.quarantined.Add(1)
-		t.idx.remove(k)
+		t.reap(ctx, t.idx.remove(k))
 	}
 }
 
@@ -469,11 +510,21 @@ func (t *Tier) Delete(ctx context.Context, k tier.Key) error {
 	}
 	unlock := t.locks.lock(k)
 	defer unlock()
+	if e, ok := t.idx.entry(k); ok && e.pk != nil {
+		// A member of a pack: it dies in the index, and the pack object
+		// goes with its last live member. (Until then a restart's
+		// listing brings it back, and the core deletes it again as
+		// garbage.) A listed index knows there is no per-block object.
+		t.reap(ctx, t.idx.removeIfIn(k, e.pk))
+		if t.listed.Load() {
+			return nil
+		}
+	}
 	err := t.call(ctx, "delete", k, func(ctx context.Context) error {
 		return t.store.Delete(ctx, t.ObjectName(k))
 	})
 	if err == nil {
-		t.idx.remove(k)
+		t.reap(ctx, t.idx.remove(k))
 	}
 	return err
 }
@@ -509,20 +560,41 @@ func (t *Tier) refreshWithin(ctx context.Context, timeout time.Duration) (map[ti
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	listed := map[tier.Key]listedBlock{}
+	packs := map[string]*pack{}
+	var stamp uint64
 	t.idx.beginList()
 	err := t.store.List(ctx, t.opts.Prefix+"/", func(a ObjectAttrs) bool {
-		k, ok := ParseBlockName(t.opts.Prefix, a.Name)
-		if ok && a.Size >= int64(headerLen(k.Namespace)) {
-			listed[k] = listedBlock{length: a.Size - int64(headerLen(k.Namespace)), mod: a.ModTime.UnixNano()}
+		if k, ok := ParseBlockName(t.opts.Prefix, a.Name); ok {
+			if a.Size >= int64(headerLen(k.Namespace)) {
+				// A per-block object wins over any pack (packname.go).
+				listed[k] = listedBlock{length: a.Size - int64(headerLen(k.Namespace)), mod: a.ModTime.UnixNano()}
+			}
+			return true
+		}
+		r, ok := parsePackName(t.opts.Prefix, a.Name, t.opts.MaxBlockSize)
+		if !ok || a.Size != r.size() {
+			return true
+		}
+		pk := &pack{ref: r, name: a.Name, mod: a.ModTime.UnixNano()}
+		packs[a.Name] = pk
+		stamp = max(stamp, r.stamp)
+		for i := range r.count {
+			k := r.key(i)
+			if cur, ok := listed[k]; ok && (cur.pk == nil || cur.pk.ref.stamp > r.stamp) {
+				continue
+			}
+			listed[k] = listedBlock{length: r.blockLen(i), mod: pk.mod, pk: pk}
 		}
 		return true
 	})
 	if err != nil {
-		t.idx.endList(nil)
+		t.idx.endList(nil, nil)
 		return nil, t.listErr(err)
 	}
-	t.idx.endList(listed)
+	t.seenStamp(stamp)
+	empty := t.idx.endList(listed, packs)
 	t.listed.Store(true)
+	t.reap(ctx, empty)
 	return t.idx.snapshot(), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
@@ -86,12 +87,15 @@ func VerifyStore(ctx context.Context, store ObjectStore, o VerifyOptions) (Verif
 	type named struct {
 		name string
 		k    tier.Key
+		pack *packRef // non-nil: a pack object
 	}
 	var objs []named
 	lctx, cancel := context.WithTimeout(ctx, o.ListTimeout)
 	err := store.List(lctx, o.Prefix+"/", func(a ObjectAttrs) bool {
 		if k, ok := ParseBlockName(o.Prefix, a.Name); ok {
-			objs = append(objs, named{a.Name, k})
+			objs = append(objs, named{a.Name, k, nil})
+		} else if r, ok := parsePackName(o.Prefix, a.Name, o.MaxBlockSize); ok {
+			objs = append(objs, named{a.Name, r.key(0), &r})
 		} else {
 			rep.Foreign++
 		}
@@ -107,12 +111,20 @@ func VerifyStore(ctx context.Context, store ObjectStore, o VerifyOptions) (Verif
 			return rep, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		data, err := readVerified(rctx, store, ob.name, ob.k, o.MaxBlockSize, func(n int) []byte { return buf[:n] })
+		var n int64
+		var err error
+		if ob.pack != nil {
+			n, err = verifyPack(rctx, store, ob.name, *ob.pack, buf)
+		} else {
+			var data []byte
+			data, err = readVerified(rctx, store, ob.name, ob.k, o.MaxBlockSize, func(n int) []byte { return buf[:n] })
+			n = int64(len(data))
+		}
 		cancel()
 		switch {
 		case err == nil:
 			rep.Objects++
-			rep.Bytes += int64(len(data))
+			rep.Bytes += n
 		case errors.Is(err, ErrNotExist):
 			// Deleted since the listing (another process shares the
 			// store): nothing to check.
@@ -139,4 +151,30 @@ func VerifyStore(ctx context.Context, store ObjectStore, o VerifyOptions) (Verif
 		}
 	}
 	return rep, nil
+}
+
+// verifyPack reads pack object name (described by r) whole, with buf (at
+// least one block) as scratch, and checks its header and every block's
+// CRC32C; it returns the payload bytes. A corrupt block's error names its
+// key.
+func verifyPack(ctx context.Context, store ObjectStore, name string, r packRef, buf []byte) (int64, error) {
+	rc, _, err := store.Get(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	crcs, err := readHeaderFrom(rc, r)
+	if err != nil {
+		return 0, err
+	}
+	for i := range r.count {
+		p := buf[:r.blockLen(i)]
+		if _, err := io.ReadFull(rc, p); err != nil {
+			return 0, fmt.Errorf("%w: pack truncated in block %v: %v", errHeader, r.key(i), err)
+		}
+		if tier.Checksum(p) != crcs[i] {
+			return 0, fmt.Errorf("block %v: %w", r.key(i), errPayloadCRC)
+		}
+	}
+	return r.payload(), nil
 }

@@ -203,3 +203,40 @@ type Expirer interface {
 type Compactor interface {
 	Compaction() (putBytes, compactedBlocks, compactedBytes int64)
 }
+
+// Packer is implemented by tiers that can store a run of blocks of one
+// object generation as one backend object (G4: one PUT instead of one per
+// block). PutPack stores blocks[i] as block keys[i], replacing any earlier
+// copy of exactly that key, with Put's guarantees for each key stored:
+// it reads back (Get verifies it against its own CRC32C, range reads
+// included) and survives a kill -9. keys and blocks have the same length;
+// the tier may split them into several objects, or store some keys one
+// per object, as it sees fit. It returns how many keys it stored, always
+// a prefix: keys[:n] are stored; on an error each later key reads as its
+// earlier copy or as not found (the earlier copy may be dropped), and, as
+// with Put, bytes may have reached the backend when the error wraps
+// ErrUnavailable. Errors: those of Put, and one wrapping the tier's
+// invalid-argument error for mismatched slices.
+// PackBlocks returns how many blocks of blockSize bytes of namespace ns
+// fit in one object (0 when the tier does not pack now), so a caller can
+// hand PutPack runs that fill objects.
+type Packer interface {
+	PutPack(ctx context.Context, keys []Key, blocks [][]byte) (int, error)
+	PackBlocks(ns string, blockSize int) int
+}
+
+// Requests counts the backend requests a tier made, by type, since it was
+// opened (G4: object-store requests, what a cloud provider bills).
+type Requests struct {
+	Put    int64 `json:"put"`
+	Get    int64 `json:"get"`
+	Head   int64 `json:"head"`
+	List   int64 `json:"list"`
+	Delete int64 `json:"delete"`
+}
+
+// RequestCounter is implemented by tiers whose backend charges per
+// request (G4); status and metrics show the counts.
+type RequestCounter interface {
+	Requests() Requests
+}

@@ -246,6 +246,17 @@ func (s *Store) Health() Health { return s.health.get() }
 // RequestStats returns the HTTP requests sent so far (every attempt).
 func (s *Store) RequestStats() RequestStats { return s.reqs.snapshot() }
 
+var _ g4.RequestCounter = (*Store)(nil)
+
+// RequestCounts implements g4.RequestCounter: RequestStats by the types a
+// provider bills (multipart POSTs count as PUTs; other methods are left
+// out).
+func (s *Store) RequestCounts() tier.Requests {
+	r := s.reqs.snapshot()
+	return tier.Requests{Put: int64(r.Put + r.Post), Get: int64(r.Get), Head: int64(r.Head),
+		List: int64(r.List), Delete: int64(r.Delete)}
+}
+
 // Ping sends one request (a one-key listing of the bucket) and updates
 // Health; a prober can call it while no traffic flows, so status recovers
 // on its own. Errors as for the store's calls.

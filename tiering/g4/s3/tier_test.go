@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/g4"
+	"github.com/ctxmem/ctxmemd/tiering/g4/s3"
 	"github.com/ctxmem/ctxmemd/tiering/g4/s3/s3test"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 	"github.com/ctxmem/ctxmemd/tiering/tiertest"
@@ -160,5 +161,81 @@ func mustPutBlock(t testing.TB, tr tier.Tier, k tier.Key, data []byte) {
 	t.Helper()
 	if err := tr.Put(bg, k, data); err != nil {
 		t.Fatalf("Put(%v): %v", k, err)
+	}
+}
+
+// TestTierPacks: on S3, a pack of 64 blocks is one PUT, a reopened tier
+// rebuilds it from the listing alone, members read in order take a few
+// ranged GETs (read-ahead, plus the header once), a byte flipped in one
+// member's bytes on the server makes that member alone corrupt, and the
+// pack goes with its last live member.
+func TestTierPacks(t *testing.T) {
+	srv := s3test.StartServer(t)
+	tr := openTier(t, srv, "pack", g4.TierOptions{})
+	const n, bs = 64, 16 << 10
+	keys := make([]tier.Key, n)
+	blocks := make([][]byte, n)
+	for i := range keys {
+		keys[i] = tier.Key{Namespace: "p", Object: 3, Index: uint32(i), Gen: 2}
+		blocks[i] = tiertest.Pattern(keys[i], bs, 0)
+	}
+	st := tr.Store().(*s3.Store)
+	before := st.RequestCounts()
+	if got, err := tr.PutPack(bg, keys, blocks); err != nil || got != n {
+		t.Fatalf("PutPack = %d, %v", got, err)
+	}
+	if d := st.RequestCounts().Put - before.Put; d != 1 {
+		t.Fatalf("PutPack of %d blocks sent %d PUTs; want 1", n, d)
+	}
+	tr2 := openTier(t, srv, "pack", g4.TierOptions{})
+	st2 := tr2.Store().(*s3.Store)
+	if r := st2.RequestCounts(); r.Get != 0 || r.Head != 0 || r.List == 0 {
+		t.Fatalf("open sent %+v; want listings only", r)
+	}
+	if r := tr2.Requests(); r != st2.RequestCounts() {
+		t.Fatalf("tier Requests %+v, store counts %+v", r, st2.RequestCounts())
+	}
+	var names []string
+	if err := st2.List(bg, g4.DefaultPrefix+"/", func(a g4.ObjectAttrs) bool { names = append(names, a.Name); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 {
+		t.Fatalf("objects: %v", names)
+	}
+	file := srv.ObjectPath("pack/" + names[0])
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-(n-9)*bs-1] ^= 0x10 // the last byte of block 8
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before = st2.RequestCounts()
+	for i, k := range keys {
+		p := make([]byte, bs)
+		got, err := tr2.Get(bg, k, p, 0)
+		if i == 8 {
+			if !errors.Is(err, tier.ErrCorrupt) || got != 0 {
+				t.Fatalf("Get of the damaged member = %d, %v; want ErrCorrupt", got, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(p, blocks[i]) {
+			t.Fatalf("Get(%v) = %d, %v", k, got, err)
+		}
+	}
+	// In order, Gets read ahead (windows of 2, 4, 8, ... members): the
+	// header and 7 ranged GETs, the damaged member read alone.
+	if d := st2.RequestCounts().Get - before.Get; d != 8 {
+		t.Fatalf("%d GETs for %d members read in order; want 8", d, n)
+	}
+	for _, k := range keys {
+		if err := tr2.Delete(bg, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pack still on the server after its last member died: %v", err)
 	}
 }
