@@ -63,14 +63,15 @@ run: deps-run build
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags soak,bench ./tests/...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 test: deps-test fmt-check vet
 	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 CTXMEM_E2E=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	# The trace simulator is single-threaded and its replays skip under -race:
-	# run them plain (all of them: 'TestMooncake' alone missed three).
+	# The trace simulator is single-threaded and its replays are built only
+	# without -race (heat/sim/replay_norace_test.go): run them plain.
 	$(GO) test -count=1 -run 'Mooncake|^TestAdaptiveRobust$$' ./heat/sim/
 	# Under -race TestPosix runs the default cache mode only: the others plain.
 	CTXMEM_REQUIRE_TOOLS=1 $(GO) test -count=1 -run '^TestPosix$$' ./fusefs/
@@ -110,7 +111,7 @@ soak: deps-run build
 	  CTXMEM_SOAK_DURATION=$(SOAK_DURATION) CTXMEM_SOAK_SEED=$(SOAK_SEED) \
 	  CTXMEM_SOAK_PROFILES=$(SOAK_PROFILES) CTXMEM_SOAK_KEEP=$(SOAK_KEEP) CTXMEM_SOAK_SNAPSHOT=$(SOAK_SNAPSHOT) \
 	  CTXMEM_SOAK_NBD=$(SOAK_NBD) CTXMEM_SOAK_DISCARD=$(SOAK_DISCARD) \
-	  $(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./tests/soak/
+	  $(GO) test -tags soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./tests/soak/
 
 # Package version: a release tag (v1.2.3[-N-gHASH]) loses its v; before the
 # first tag git describe gives a bare hash, which becomes 0.0.0-git.<hash>.

@@ -199,56 +199,6 @@ func loadMooncake(t testing.TB) *Trace {
 	return tr
 }
 
-// TestMooncakeTrace replays the Mooncake conversation trace at 5,000,
-// 10,000 and 20,000 blocks through every default policy and prints the
-// block hit ratios (go test -v). LRU and OPT must reproduce the published
-// reference values, which validates the simulator; the default heat.Policy
-// must beat LRU and LRU-2 at every size.
-func TestMooncakeTrace(t *testing.T) {
-	tr := loadMooncake(t)
-	if tr.Requests != 12031 || len(tr.Blocks) != 288500 || tr.Distinct() != 182790 {
-		t.Fatalf("unexpected trace: %d requests, %d refs, %d distinct", tr.Requests, len(tr.Blocks), tr.Distinct())
-	}
-	caps := DefaultCapacities()
-	ref := map[string][]float64{
-		"lru": {0.110, 0.211, 0.288},
-		"opt": {0.341, 0.366, 0.366},
-	}
-	got := map[string][]float64{}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-20s", "policy \\ blocks")
-	for _, c := range caps {
-		fmt.Fprintf(&b, " %8d", c)
-	}
-	b.WriteString("\n")
-	for _, p := range DefaultPolicies() {
-		fmt.Fprintf(&b, "%-20s", p)
-		for i, c := range caps {
-			r, err := Simulate(tr, c, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got[p] = append(got[p], r.HitRatio)
-			fmt.Fprintf(&b, " %8.4f", r.HitRatio)
-			if want, ok := ref[p]; ok && (r.HitRatio < want[i]-0.001 || r.HitRatio > want[i]+0.001) {
-				t.Errorf("%s at %d blocks: %.4f, reference %.3f", p, c, r.HitRatio, want[i])
-			}
-		}
-		b.WriteString("\n")
-	}
-	fmt.Fprintf(&b, "%-20s", "policy / OPT")
-	for i := range caps {
-		fmt.Fprintf(&b, " %8.3f", got["policy"][i]/got["opt"][i])
-	}
-	t.Logf("block hit ratio, %d requests, %d block references:\n%s", tr.Requests, len(tr.Blocks), b.String())
-	for i, c := range caps {
-		if got["policy"][i] <= got["lru"][i] || got["policy"][i] <= got["lru2"][i] {
-			t.Errorf("at %d blocks the default policy (%.4f) does not beat LRU (%.4f) and LRU-2 (%.4f)",
-				c, got["policy"][i], got["lru"][i], got["lru2"][i])
-		}
-	}
-}
-
 // BenchmarkMooncake replays the whole trace through the default policy at
 // 10,000 blocks; refs/s is block references per second.
 func BenchmarkMooncake(b *testing.B) {
@@ -260,38 +210,4 @@ func BenchmarkMooncake(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(tr.Blocks))*float64(b.N)/b.Elapsed().Seconds(), "refs/s")
-}
-
-// TestTwoTierMooncake: G2 hits do not depend on G3, G3 adds hits, and a
-// stricter reuse threshold writes less to G3 and hits less in it.
-func TestTwoTierMooncake(t *testing.T) {
-	tr := loadMooncake(t)
-	single, err := Simulate(tr, 5000, "policy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prev TwoTierResult
-	for i, m := range []int{0, 1, 2, 3} {
-		r, err := SimulateTwoTier(tr, 5000, 20000, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := float64(r.Refs)
-		t.Logf("G2 5000 + G3 20000, reuse threshold %d: G2 %.4f, G3 %.4f, total %.4f, G3 writes/ref %.3f",
-			m, float64(r.G2Hits)/n, float64(r.G3Hits)/n, float64(r.G2Hits+r.G3Hits)/n, float64(r.G3Writes)/n)
-		if r.G2Hits != single.Hits {
-			t.Errorf("threshold %d: G2 hits %d, single-tier policy %d", m, r.G2Hits, single.Hits)
-		}
-		if r.G3Hits == 0 || r.G3Writes == 0 {
-			t.Errorf("threshold %d: G3 unused: %+v", m, r)
-		}
-		if i > 0 && (r.G3Writes >= prev.G3Writes || r.G3Hits > prev.G3Hits) {
-			t.Errorf("threshold %d: writes %d hits %d, threshold %d: writes %d hits %d",
-				m, r.G3Writes, r.G3Hits, prev.ReuseMinCount, prev.G3Writes, prev.G3Hits)
-		}
-		prev = r
-	}
-	if _, err := SimulateTwoTier(tr, 0, 10, 1); !errors.Is(err, ErrPolicy) {
-		t.Errorf("zero capacity: %v", err)
-	}
 }

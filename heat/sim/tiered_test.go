@@ -168,33 +168,6 @@ func TestTiersErrors(t *testing.T) {
 	}
 }
 
-// TestTiersMooncake: on the Mooncake trace, G2 5,000 over G3 20,000
-// blocks, SimulateTiers reproduces SimulateTwoTier for the default policy,
-// and G3 adds hits for every default policy (go test -v prints them).
-func TestTiersMooncake(t *testing.T) {
-	tr := loadMooncake(t)
-	want, err := SimulateTwoTier(tr, 5000, 20000, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-20s %14s %17s %10s\n", "policy", "served from G2", "found in any tier", "G3 writes")
-	for _, p := range DefaultPolicies() {
-		r, err := SimulateTiers(tr, 5000, 20000, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%-20s %14.4f %17.4f %10d\n", p, r.G2HitRatio(), r.AnyTierHitRatio(), r.G3Writes)
-		if p == "policy" && (r.G2Hits != want.G2Hits || r.G3Hits != want.G3Hits || r.G3Writes != want.G3Writes) {
-			t.Errorf("policy: %+v, SimulateTwoTier %+v", r, want)
-		}
-		if r.G3Hits == 0 {
-			t.Errorf("%s: no G3 hits", p)
-		}
-	}
-	t.Logf("G2 5000 + G3 20000 blocks, %d references:\n%s", len(tr.Blocks), b.String())
-}
-
 // TestTiersHugeCapacity: a tier larger than the trace behaves as one that
 // holds exactly its distinct blocks (and does not allocate for its nominal
 // size).

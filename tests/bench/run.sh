@@ -129,5 +129,5 @@ if want pool; then
 	section "G3.5 pool: records vs raw O_DIRECT, index lookup, two daemons end to end (tests/bench_pool_test.go)"
 	locked go test -run '^$' -bench 'PoolPut|PoolGet' -benchtime 1s ./fabric/pool/ 2>&1 | grep -E '^(Benchmark|ok)'
 	locked go test -run '^$' -bench 'Lookup|HasDir' -benchtime 1s ./fabric/poolkv/ 2>&1 | grep -E '^(Benchmark|ok)'
-	PATH="$(go env GOPATH)/bin:$PATH" CTXMEM_E2E=1 CTXMEM_BENCH=1 locked go test -count=1 -run TestBenchPool -v ./tests/
+	PATH="$(go env GOPATH)/bin:$PATH" CTXMEM_E2E=1 CTXMEM_BENCH=1 locked go test -tags bench -count=1 -run TestBenchPool -v ./tests/
 fi
