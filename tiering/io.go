@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -164,7 +165,9 @@ func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockSt
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			s.log.Warn("tier read failed", "tier", c.t.Name(), "key", k.String(), "err", err)
+			if !errors.Is(err, health.ErrRefused) { // a refusal was not a read: its state change was logged
+				s.log.Warn("tier read failed", "tier", c.t.Name(), "key", k.String(), "err", err)
+			}
 			if firstErr == nil {
 				firstErr = err
 			}

@@ -85,6 +85,11 @@ const (
 	PutLast
 )
 
+// ErrRefused is wrapped (with tier.ErrUnavailable or tier.ErrNoSpace) by
+// the errors of calls Admit refused: the call was not made, so callers
+// need not log it (the change of state was logged once).
+var ErrRefused = errors.New("refused by the tier's health")
+
 // DefaultFullBackoff is Config.FullBackoff's default.
 const DefaultFullBackoff = time.Second
 
@@ -180,12 +185,12 @@ func (m *Machine) Admit(op Op) error {
 	switch m.state {
 	case Bypassed:
 		m.refused++
-		return fmt.Errorf("%s bypassed (%s): %w", m.name, m.reason, tier.ErrUnavailable)
+		return fmt.Errorf("%s bypassed (%s): %w: %w", m.name, m.reason, ErrRefused, tier.ErrUnavailable)
 	case Down:
 		if now.Before(m.probeAt) { // also while a probe is out
 
 			m.refused++
-			return fmt.Errorf("%s down (%s): %w", m.name, m.reason, tier.ErrUnavailable)
+			return fmt.Errorf("%s down (%s): %w: %w", m.name, m.reason, ErrRefused, tier.ErrUnavailable)
 		}
 		m.probing = true
 		m.probeAt = now.Add(m.cfg.ProbeInterval) // a lost probe is retried then
@@ -193,7 +198,7 @@ func (m *Machine) Admit(op Op) error {
 	}
 	if op == Put && m.full && now.Before(m.fullRetryAt) {
 		m.refused++
-		return fmt.Errorf("%s full: %w", m.name, tier.ErrNoSpace)
+		return fmt.Errorf("%s full: %w: %w", m.name, ErrRefused, tier.ErrNoSpace)
 	}
 	return nil
 }

@@ -58,7 +58,7 @@ func TestFailuresTakeTheTierDownAndAProbeBringsItBack(t *testing.T) {
 		t.Fatalf("after 3 failures: %v", m.State())
 	}
 	err := m.Admit(Get)
-	if !errors.Is(err, tier.ErrUnavailable) {
+	if !errors.Is(err, tier.ErrUnavailable) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("Down admits: %v", err)
 	}
 	c.add(time.Second)
