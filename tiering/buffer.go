@@ -17,9 +17,9 @@ const pageSize = 4096
 // garbage-collector headroom on block data. Buffers are page aligned, so
 // tiers can do O_DIRECT I/O straight into them.
 //
-// Sizes are rounded up to a power-of-two number of pages; each size class
-// shares a free list of at most 16 MiB so steady-state eviction and promotion do not
-// call mmap/munmap per block.
+// Sizes are rounded up to a power-of-two number of pages; freed buffers
+// are kept on per-size free lists, at most 16 MiB in all (maxFree), so
+// steady-state eviction and promotion do not call mmap/munmap per block.
 type bufPool struct {
 	mu        sync.Mutex
 	free      map[int][][]byte // size class (bytes) → free buffers

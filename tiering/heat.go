@@ -10,8 +10,11 @@ import (
 // placement bundles the heat package's pieces the core runs for G2: the
 // eviction order and admission (heat.Policy: decayed reference count with a
 // TinyLFU sketch) and the heat score (heat.Tracker) reported in xattrs and
-// status. Callers hold Store.g2mu, which makes Victim+Remove atomic across
-// the evictor and the other paths.
+// status. Changes of the eviction order (access, makeEvictable, remove,
+// victim) are made under Store.g2mu, which makes Victim+Remove atomic
+// across the evictor and the other paths; read-only questions
+// (ShouldAdmit, PredictReuse, Score) are not, which is safe because
+// heat.Policy and heat.Tracker lock themselves.
 type placement struct {
 	policy *heat.Policy[bref]
 	heat   *heat.Tracker[bref]

@@ -117,8 +117,9 @@ type blockState struct {
 
 // object is the in-memory state of one object.
 //
-// Lock order: object.mu before Store.g2mu, Store.wbmu and Store.mu are taken
-// alone or innermost. No lock is held while waiting for G2 space or for the
+// Lock order: object.mu before Store.g2mu and Store.wbmu, which are taken
+// alone or innermost; Store.mu is taken alone, or before object.mu (Close
+// walks every object under it), never after (see doc.go, Locks). No lock is held while waiting for G2 space or for the
 // dirty bound.
 type object struct {
 	mu      sync.RWMutex

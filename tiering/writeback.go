@@ -69,10 +69,11 @@ func (s *Store) writeBackLoop() {
 	}
 }
 
-// writeBack writes one dirty block below G2: to G3 when G3 is below its high
-// watermark or admission predicts reuse, else to G4; G3 full → G4. When no
-// tier takes it the object is dropped (files) or the block is retried
-// (NBD exports, and transient failures up to wbRetries times).
+// writeBack writes one dirty block below G2 (putLower: G3 unless it is
+// down, full, fails the put, or is above its high watermark and admission
+// predicts no reuse; else G4). When no tier takes it, writeBackFailed
+// retries it (device class always; cache class while the failure is
+// transient, for up to WriteTimeout) or drops the object.
 //
 // Identity: the put runs without the object lock, and the block may be
 // dropped (truncate, TRIM) and written again meanwhile. The re-check

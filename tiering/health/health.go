@@ -1,6 +1,8 @@
 // Package health is the state machine the tiering core keeps for each
-// tier below G2 (G3, G3.5, G4): it is fed the outcome of every put and get
-// the core makes, and it decides whether the next one is tried at all.
+// tier below G2 (G3, G3.5, G4): it is fed the outcome of the puts and gets
+// of the data path (write-back, eviction, sink, share, promotion; fsck and
+// gc read and list the tiers directly, with their own timeouts), and it
+// decides whether the next one is tried at all.
 //
 // A tier is in one of four states:
 //
