@@ -508,7 +508,13 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 		if withPool {
 			size = "1GiB"
 		}
-		c := startPoolCluster(t, size, "16MiB")
+		// CTXMEM_POOL_SHARE=eager measures eager sharing (pool_share) in
+		// the pool run; unset, the daemons' default applies.
+		var extra []string
+		if v := os.Getenv("CTXMEM_POOL_SHARE"); v != "" && withPool {
+			extra = append(extra, "--pool-share", v)
+		}
+		c := startPoolCluster(t, size, "16MiB", extra...)
 		// Timestamps are followed (20× faster than the trace): hosts take
 		// turns as in production, and a block one host computed has time
 		// to be shared before another host asks for it.
