@@ -257,13 +257,13 @@ func (s *Store) Fsck(ctx context.Context, o FsckOptions) (FsckReport, error) {
 			return FsckReport{}, err
 		}
 		ti := slices.Index(tierNames[:], n)
-		if s.tierOf(ti) == nil {
+		if s.tierAt(ti) == nil {
 			return FsckReport{}, fmt.Errorf("%w: the store has no %s tier", ErrInvalid, n)
 		}
 		want[ti] = true
 	}
 	for _, ti := range []int{tiG3, tiG35, tiG4} {
-		t := s.tierOf(ti)
+		t := s.tierAt(ti)
 		if !want[ti] || t == nil {
 			continue
 		}
@@ -336,19 +336,6 @@ func (s *Store) Fsck(ctx context.Context, o FsckOptions) (FsckReport, error) {
 	return f.rep, nil
 }
 
-// tierOf returns the tier at index ti (nil when the store has none).
-func (s *Store) tierOf(ti int) tier.Tier {
-	switch ti {
-	case tiG3:
-		return s.g3
-	case tiG35:
-		return s.g35
-	case tiG4:
-		return s.g4
-	}
-	return nil
-}
-
 // walk sends every copy to check, object by object in id order.
 func (f *fscker) walk(ctx context.Context, want [nTiers]bool, out chan<- fsckItem) {
 	s := f.s
@@ -366,7 +353,7 @@ func (f *fscker) walk(ctx context.Context, want [nTiers]bool, out chan<- fsckIte
 		if !o.deleted {
 			for idx, b := range o.blocks {
 				for _, ti := range []int{tiG3, tiG35, tiG4} {
-					if want[ti] && s.holds(b, s.tierOf(ti)) {
+					if want[ti] && s.holds(b, s.tierAt(ti)) {
 						batch = append(batch, fsckItem{o: o, idx: idx, b: b, ti: ti})
 					}
 				}
@@ -424,7 +411,7 @@ func (f *fscker) work(ctx context.Context, items <-chan fsckItem) {
 // It reports whether the read was left behind still running (its buffer
 // must not be reused).
 func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned bool) {
-	s, o, t := f.s, it.o, f.s.tierOf(it.ti)
+	s, o, t := f.s, it.o, f.s.tierAt(it.ti)
 	if err := f.lim.wait(ctx, len(buf)); err != nil {
 		return false
 	}

@@ -104,12 +104,6 @@ func (s *Store) probeLoop() {
 	}
 }
 
-// usable reports whether tier ti is configured and its calls are tried
-// (up or degraded).
-func (s *Store) usable(ti int) bool {
-	return s.tierAt(ti) != nil && s.health[ti].Usable()
-}
-
 // TierHealth is one tier's health as status and metrics show it.
 type TierHealth = health.Snapshot
 

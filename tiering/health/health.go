@@ -155,7 +155,6 @@ type Machine struct {
 	reason      string
 	since       time.Time
 	failures    int
-	lastErr     error
 	full        bool
 	fullSince   time.Time
 	fullRetryAt time.Time
@@ -236,7 +235,7 @@ func (m *Machine) Observe(op Op, err error) {
 	now := m.cfg.Now()
 	switch {
 	case err == nil:
-		m.failures, m.lastErr = 0, nil
+		m.failures = 0
 		if op == Put || op == PutLast {
 			m.full = false
 		}
@@ -266,7 +265,6 @@ func (m *Machine) Observe(op Op, err error) {
 		}
 	default:
 		m.failures++
-		m.lastErr = err
 		switch m.state {
 		case Down:
 			if m.probing {
@@ -316,12 +314,6 @@ func (m *Machine) State() State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.state
-}
-
-// Usable reports whether the tier is Up or Degraded (its calls are tried).
-func (m *Machine) Usable() bool {
-	s := m.State()
-	return s == Up || s == Degraded
 }
 
 // Snapshot returns the machine's state for status and metrics.
