@@ -6,10 +6,11 @@
 // itself is package sidecar/scheduler; subjects and schemas are package
 // sidecar/msg.
 //
-// The agent never blocks the data path: object accesses reach it through
-// tiering.Observer (an O(1) heat-ranking touch), and everything it sends is
-// queued in a bounded outbox that survives a NATS outage (oldest dropped
-// first when full).
+// The agent never touches the data path: object heat is the core's
+// (tiering.Store.ObjectRanking), object changes reach it as the core's
+// events (tiering.Store.Subscribe) and the sharing component's notes
+// (sharing.Sharer.Notes), and everything it sends is queued in a bounded
+// outbox that survives a NATS outage (oldest dropped first when full).
 package sidecar
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxmem/ctxmemd/heat"
+	"github.com/ctxmem/ctxmemd/sharing"
 	"github.com/ctxmem/ctxmemd/sidecar/bus"
 	"github.com/ctxmem/ctxmemd/sidecar/msg"
 	"github.com/ctxmem/ctxmemd/tiering"
@@ -65,26 +67,23 @@ type Config struct {
 	Version, Mount string
 	// Namespaces are the served namespaces (reported).
 	Namespaces []string
-	// HeatHalfLife is the object heat half-life (default heat's 60 s).
-	HeatHalfLife time.Duration
-	// Sharing is the shared pool (G3.5), or nil.
-	Sharing *Sharing
-	// EagerShare shares every KV file written here to the pool once it
-	// is complete and written back, before another host asks (eager.go);
-	// without it files are shared when another host missed them.
-	EagerShare bool
+	// Sharing is the host's sharing through the shared pool (G3.5), or
+	// nil: the agent carries out share and reclaim_extent commands on it
+	// and reports its notes.
+	Sharing *sharing.Sharer
 	// Log receives the agent's logs (default slog.Default()).
 	Log *slog.Logger
 }
 
-// Agent is one host's sidecar. Create it with New, register it with the
-// store (New does), and Run it.
+// Agent is one host's sidecar. Create it with New (it subscribes to the
+// store's events) and Run it.
 type Agent struct {
 	cfg   Config
 	log   *slog.Logger
 	store *tiering.Store
 	files Files
-	rank  *heat.Ranking[tiering.ObjectID]
+	rank  *heat.Ranking[tiering.ObjectID] // the store's (ObjectRanking)
+	subs  *tiering.Events                 // the store's object events
 	boot  int64
 	out   *outbox
 
@@ -94,8 +93,6 @@ type Agent struct {
 	// here, found nowhere) and stale (a shared file's pool record).
 	named  []msg.Event
 	evDrop int64
-	sh     *shareState
-	eager  *eagerState // nil unless Config.EagerShare and Sharing
 
 	seenMu sync.Mutex
 	seen   map[string]struct{} // command ids applied by this process
@@ -137,9 +134,9 @@ type counters struct {
 // maxPendingEvents bounds queued object events (oldest dropped first).
 const maxPendingEvents = 200_000
 
-// New creates an agent for store and files and registers it as the
-// store's observer. Objects that exist already are ranked as last used
-// at their creation time. Errors: a bad host name or configuration.
+// New creates an agent for store and files and subscribes it to the
+// store's events. Errors: a bad host name or configuration, a store
+// opened without tiering.Config.RankObjects.
 func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 	if err := msg.ValidToken(cfg.Host); err != nil {
 		return nil, fmt.Errorf("sidecar host name: %w", err)
@@ -165,49 +162,89 @@ func New(cfg Config, store *tiering.Store, files Files) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	rank, err := heat.NewRanking[tiering.ObjectID](heat.RankingConfig{HalfLife: cfg.HeatHalfLife})
-	if err != nil {
-		return nil, err
+	rank := store.ObjectRanking()
+	if rank == nil {
+		return nil, errors.New("sidecar: the store keeps no object ranking (tiering.Config.RankObjects)")
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log.With("component", "sidecar"), store: store, files: files, rank: rank,
-		boot: time.Now().UnixNano(), out: newOutbox(cfg.BufferBytes), seen: make(map[string]struct{}),
-		flushNow: make(chan struct{}, 1), sh: newShareState()}
-	if cfg.EagerShare && cfg.Sharing != nil {
-		a.eager = newEagerState()
-	}
-	for _, o := range store.Objects() {
-		rank.Touch(o.ID, o.Created)
-	}
-	store.SetObserver(a)
+		subs: store.Subscribe(0), boot: time.Now().UnixNano(), out: newOutbox(cfg.BufferBytes),
+		seen: make(map[string]struct{}), flushNow: make(chan struct{}, 1)}
 	return a, nil
 }
 
-// Created implements tiering.Observer.
-func (a *Agent) Created(id tiering.ObjectID, ns, kind string, d tiering.Durability) {
-	now := time.Now()
-	a.rank.Touch(id, now)
-	if d == tiering.DurabilityCache { // device objects are not KV cache the cluster may share
-		a.queueEvent(msg.EvStored, id)
+// onStoreEvent turns a store event into the bus event the scheduler
+// hears: a new KV file (cache class; device objects are not KV cache the
+// cluster may share), a move between tiers, a removal.
+func (a *Agent) onStoreEvent(ev tiering.Event) {
+	switch ev.Kind {
+	case tiering.EventCreated:
+		if ev.Durability == tiering.DurabilityCache {
+			a.queueEvent(msg.EvStored, ev.ID)
+		}
+	case tiering.EventMoved:
+		a.queueEvent(msg.EvMoved, ev.ID)
+	case tiering.EventRemoved, tiering.EventLost:
+		a.queueEvent(msg.EvRemoved, ev.ID)
 	}
 }
 
-// Stored implements tiering.Observer: the object is sealed and written
-// back; with EagerShare it is queued for sharing.
-func (a *Agent) Stored(id tiering.ObjectID) {
-	if a.eager != nil {
-		a.eager.stored(id)
+// onNote turns a sharing note into a bus event. A wanted name is
+// published at once instead of at the next report, at most every
+// wantedEvery (every create of a new file is a missed lookup too): the
+// sooner the scheduler hears, the sooner a holder shares it.
+func (a *Agent) onNote(n sharing.Note) {
+	switch n.Kind {
+	case sharing.NoteImported:
+		a.queueEvent(msg.EvImported, n.ID)
+	case sharing.NoteShared:
+		a.queueEvent(msg.EvShared, n.ID)
+	case sharing.NoteStale, sharing.NoteWanted:
+		kind := msg.EvStale
+		if n.Kind == sharing.NoteWanted {
+			kind = msg.EvWanted
+		}
+		a.evMu.Lock()
+		if len(a.named) < maxPendingEvents {
+			a.named = append(a.named, msg.Event{Kind: kind, Namespace: n.Namespace, Path: n.Path})
+		}
+		a.evMu.Unlock()
+		if kind != msg.EvWanted {
+			return
+		}
+		now := time.Now().UnixNano()
+		if last := a.lastWanted.Load(); now-last >= int64(wantedEvery) && a.lastWanted.CompareAndSwap(last, now) {
+			a.eventsDue.Store(true)
+			a.kick()
+		}
 	}
 }
 
-// Accessed implements tiering.Observer.
-func (a *Agent) Accessed(id tiering.ObjectID, now time.Time) {
-	a.rank.Touch(id, now)
-}
+// wantedEvery bounds how often missed lookups are published ahead of the
+// next report.
+const wantedEvery = 20 * time.Millisecond
 
-// Removed implements tiering.Observer.
-func (a *Agent) Removed(id tiering.ObjectID) {
-	a.rank.Remove(id)
-	a.queueEvent(msg.EvRemoved, id)
+// eventLoop reads the store's events and the sharer's notes until ctx
+// ends. Owner: Run (its WaitGroup).
+func (a *Agent) eventLoop(ctx context.Context) {
+	var notes <-chan sharing.Note
+	if a.cfg.Sharing != nil {
+		notes = a.cfg.Sharing.Notes()
+	}
+	events := a.subs.C()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // the store closed
+				continue
+			}
+			a.onStoreEvent(ev)
+		case n := <-notes:
+			a.onNote(n)
+		}
+	}
 }
 
 func (a *Agent) queueEvent(kind string, id tiering.ObjectID) {
@@ -233,20 +270,12 @@ func (a *Agent) Run(ctx context.Context, nc *nats.Conn, lim bus.Limits) error {
 	cmds := make(chan jetstream.Msg, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer a.subs.Close()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.withdrawLoop(ctx)
+		a.eventLoop(ctx)
 	}()
-	if a.eager != nil {
-		for range eagerWorkers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.eagerLoop(ctx)
-			}()
-		}
-	}
 	for i := 0; i < a.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
@@ -377,11 +406,15 @@ type Stats struct {
 	QueuedBytes     int    `json:"queued_bytes"`
 	DroppedMessages int64  `json:"dropped_messages"`
 	DroppedEvents   int64  `json:"dropped_events"`
+	// DroppedStoreEvents counts the store's object events dropped before
+	// the agent read them (tiering.Events.Dropped).
+	DroppedStoreEvents int64 `json:"dropped_store_events,omitempty"`
 	// DroppedPoolEvents counts G3.5 tier events (deleted own blocks,
-	// stale records) dropped before the sidecar read them
-	// (g35.Tier.DroppedEvents).
+	// stale records) dropped before they were read
+	// (g35.Tier.DroppedEvents), and sharing notes dropped
+	// (sharing.Stats.DroppedNotes).
 	DroppedPoolEvents int64 `json:"dropped_pool_events,omitempty"`
-	// EagerShared counts files shared to the pool eagerly (EagerShare),
+	// EagerShared counts files shared to the pool eagerly (pool_share: eager),
 	// EagerSkipped stored files not shared (pool above its high mark, an
 	// import, an error), EagerDropped stored files dropped from a full
 	// queue.
@@ -404,18 +437,13 @@ func (a *Agent) Stats() Stats {
 		Events: a.c.events.Load(), Applied: a.c.applied.Load(), Duplicates: a.c.duplicates.Load(),
 		Failed: a.c.failed.Load(), Malformed: a.c.malformed.Load(), Queued: q, QueuedBytes: qb,
 		DroppedMessages: dropped, DroppedEvents: evDrop, TrackedObjects: a.rank.Len(),
-		DuplicateHost: a.c.dupHost.Load(), DroppedPoolEvents: a.droppedPoolEvents()}
-	if e := a.eager; e != nil {
-		st.EagerShared, st.EagerSkipped, st.EagerDropped = e.shared.Load(), e.skipped.Load(), e.dropped.Load()
+		DuplicateHost: a.c.dupHost.Load(), DroppedStoreEvents: a.subs.Dropped()}
+	if sh := a.cfg.Sharing; sh != nil {
+		ss := sh.Stats()
+		st.DroppedPoolEvents = sh.Tier().DroppedEvents() + ss.DroppedNotes
+		st.EagerShared, st.EagerSkipped, st.EagerDropped = ss.EagerShared, ss.EagerSkipped, ss.EagerDropped
 	}
 	return st
-}
-
-func (a *Agent) droppedPoolEvents() int64 {
-	if sh := a.cfg.Sharing; sh != nil && sh.Tier != nil {
-		return sh.Tier.DroppedEvents()
-	}
-	return 0
 }
 
 // replicaName is the OS host name and pid, for liveness and issuer fields.

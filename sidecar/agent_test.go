@@ -122,12 +122,12 @@ func (r *rig) hostAt(t *testing.T, name, mount string) (*Agent, *files, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 64 << 20, G4: t4, Logger: r.log})
+	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 64 << 20, G4: t4, Logger: r.log, RankObjects: true, HeatHalfLife: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &files{byPath: map[string]tiering.ObjectID{}, st: st}
-	a, err := New(Config{Host: name, Mount: mount, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log, HeatHalfLife: 100 * time.Millisecond}, st, f)
+	a, err := New(Config{Host: name, Mount: mount, Names: r.names, Interval: 200 * time.Millisecond, Log: r.log}, st, f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,10 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 		a.kick()
 		return msg.AckOK, 0, 0, ""
 	case msg.OpReclaim:
-		n, err := a.reclaim(ctx, cmd.Extent)
+		if a.cfg.Sharing == nil {
+			return msg.AckRefused, 0, 0, "no shared pool on this host"
+		}
+		n, err := a.cfg.Sharing.Reclaim(ctx, cmd.Extent)
 		switch {
 		case errors.Is(err, tiering.ErrNotExist):
 			return msg.AckNotFound, 0, 0, err.Error()
@@ -232,9 +235,6 @@ func (a *Agent) apply(ctx context.Context, cmd *msg.Command) (status string, blo
 	res, rerr := a.store.Residency(id)
 	if rerr == nil {
 		w = where(res)
-	}
-	if err == nil && (cmd.Op == msg.OpSink || cmd.Op == msg.OpDemote || cmd.Op == msg.OpPrestage) {
-		a.queueEvent(msg.EvMoved, id)
 	}
 	switch {
 	case errors.Is(err, tiering.ErrNotExist):
@@ -297,4 +297,16 @@ func (a *Agent) resync(ctx context.Context) {
 		}
 	}
 	send(true)
+}
+
+// share carries out a share command on the sharing component.
+func (a *Agent) share(ctx context.Context, id tiering.ObjectID, force bool) (int, error) {
+	if a.cfg.Sharing == nil {
+		return 0, fmt.Errorf("%w: no shared pool on this host", tiering.ErrInvalid)
+	}
+	ns, path, ok := a.files.Path(id)
+	if !ok {
+		return 0, tiering.ErrNotExist
+	}
+	return a.cfg.Sharing.Share(ctx, id, ns, path, force)
 }

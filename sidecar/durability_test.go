@@ -18,7 +18,7 @@ import (
 // both.
 func TestDeviceObjectsNotReported(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 64 << 20, Logger: log})
+	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 64 << 20, Logger: log, RankObjects: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +40,8 @@ func TestDeviceObjectsNotReported(t *testing.T) {
 	f.byPath["export"] = dev
 	f.mu.Unlock()
 
+	drainStoreEvents(a) // what Run's event loop does
+
 	now := time.Now().Add(time.Hour)
 	stored := map[uint64]bool{}
 	for _, evs := range a.takeEvents(now) {
@@ -58,5 +60,18 @@ func TestDeviceObjectsNotReported(t *testing.T) {
 	}
 	if !cold[uint64(file)] || cold[uint64(dev)] {
 		t.Fatalf("cold objects %v (file %d, device %d)", cold, file, dev)
+	}
+}
+
+// drainStoreEvents hands the store events queued so far to the agent, as
+// Run's event loop would (for tests that do not Run the agent).
+func drainStoreEvents(a *Agent) {
+	for {
+		select {
+		case ev := <-a.subs.C():
+			a.onStoreEvent(ev)
+		default:
+			return
+		}
 	}
 }

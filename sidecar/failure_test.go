@@ -176,7 +176,7 @@ func TestNATSOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 16 << 20, G4: t4, Logger: r.log})
+	st, err := tiering.Open(context.Background(), tiering.Config{DataDir: t.TempDir(), G2Bytes: 16 << 20, G4: t4, Logger: r.log, RankObjects: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,3 +249,25 @@ func (a *Agent) checkDuplicateHost(ctx context.Context, res *bus.Resources, now 
 			"host", a.cfg.Host, "other_mount", hs.Mount, "other_boot", hs.Boot)
 	}
 }
+
+// poolReport is the report's pool section.
+func (a *Agent) poolReport() *msg.Pool {
+	sh := a.cfg.Sharing
+	if sh == nil {
+		return nil
+	}
+	t, st := sh.Tier(), sh.Stats()
+	u := t.Usage()
+	p := &msg.Pool{Bypass: t.Bypassed(), LastUse: t.ExtentUse(), LastWrite: t.ExtentWrites(), Imports: st.Imports,
+		Shares: st.Shares, ImportNs: st.ImportNs}
+	if w := t.Writer(); w != nil {
+		for _, l := range w.Leases() {
+			p.Held = append(p.Held, l.Extent)
+		}
+	}
+	p.ExtentSize = t.ExtentSize()
+	if p.ExtentSize > 0 {
+		p.Extents = uint32(u.CapacityBytes / p.ExtentSize)
+	}
+	return p
+}

@@ -63,7 +63,8 @@
 //     tiering/health (one Machine per tier below G2: up, degraded, down,
 //     bypassed).
 //   - Accounting: stats.go (counters), cost.go (restore cost per tier),
-//     heat.go, observe.go (Observer), knobs.go (live heat and G3 knobs),
+//     heat.go, events.go (Subscribe: object events;
+//     ObjectRanking), knobs.go (live heat and G3 knobs),
 //     loglimit.go (rate-limited warnings); signal.go is the broadcast
 //     every waiter uses.
 //   - Subpackages: tier (the Tier contract and its optional ports:
@@ -211,10 +212,10 @@
 // Never call with a lock held: tier Put or Delete; SetG3Watermarks (G3
 // reclaims on the caller's goroutine); waitRoom or any wait (Flush waits on
 // o.flushed unlocked); lose and removeObject; trimMemFiles. Callbacks out
-// of the package are made with no store lock held: Observer methods,
-// OnLost's function, Import's register, FsckOptions.Name. (The health
+// of the package are made with no store lock held: OnLost's function, Import's register, FsckOptions.Name. (The health
 // machines' onChange, a log line, may run under o.mu: getFrom is called
-// from readLower.)
+// from readLower. Events are sent under o.mu and subMu, never waiting:
+// a full subscriber buffer drops them.)
 //
 // # Goroutines
 //

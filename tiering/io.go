@@ -27,10 +27,8 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 	if o == nil {
 		return 0, ErrNotExist
 	}
-	if ob := s.observer(); ob != nil && len(p) > 0 {
-		// Outside o.mu: the observer takes its own lock, and may call
-		// back into Residency under it.
-		ob.Accessed(id, time.Now())
+	if len(p) > 0 {
+		s.touched(id) // outside o.mu: the ranking takes its own lock
 	}
 	o.mu.RLock()
 	if o.deleted {
@@ -278,9 +276,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
 		return 0, err
 	}
-	if ob := s.observer(); ob != nil {
-		ob.Accessed(id, time.Now())
-	}
+	s.touched(id)
 	o, err := s.lockLive(id)
 	if err != nil {
 		return 0, err

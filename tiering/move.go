@@ -38,6 +38,12 @@ type MoveResult struct {
 // tier errors from G4 (the blocks not yet sunk keep their copies), ctx
 // errors.
 func (s *Store) Sink(ctx context.Context, id ObjectID) (MoveResult, error) {
+	res, err := s.sink(ctx, id)
+	s.noteMoved(id, res)
+	return res, err
+}
+
+func (s *Store) sink(ctx context.Context, id ObjectID) (MoveResult, error) {
 	var res MoveResult
 	if s.g4 == nil {
 		return res, fmt.Errorf("%w: sink: no G4 tier configured", ErrInvalid)
@@ -307,6 +313,12 @@ func (s *Store) releaseUpperLocked(o *object, idx uint32, b *blockState, k tier.
 // Errors: ErrNotExist, ErrPinned, ErrInvalid in a G2-only store, tier and
 // ctx errors from the flush.
 func (s *Store) Demote(ctx context.Context, id ObjectID) (MoveResult, error) {
+	res, err := s.demote(ctx, id)
+	s.noteMoved(id, res)
+	return res, err
+}
+
+func (s *Store) demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 	var res MoveResult
 	if s.volatile {
 		return res, fmt.Errorf("%w: demote: no tier below G2", ErrInvalid)
@@ -386,4 +398,14 @@ func (s *Store) Residency(id ObjectID) (Residency, error) {
 		}
 	}
 	return r, nil
+}
+
+// noteMoved emits EventMoved when a move changed where id's blocks are.
+func (s *Store) noteMoved(id ObjectID, res MoveResult) {
+	if res.Moved == 0 && res.Released == 0 {
+		return
+	}
+	if o := s.get(id); o != nil {
+		s.emit(EventMoved, o)
+	}
 }

@@ -9,33 +9,50 @@ import (
 	"time"
 )
 
-// recObserver records observer calls (this package's unit tests only).
+// recObserver counts the events of one subscription (this package's unit
+// tests only): a goroutine drains it until the store closes it.
 type recObserver struct {
-	mu                                 sync.Mutex
-	created, accessed, removed, stored map[ObjectID]int
+	mu     sync.Mutex
+	counts map[EventKind]map[ObjectID]int
+	done   chan struct{}
 }
 
-func newRecObserver() *recObserver {
-	return &recObserver{created: map[ObjectID]int{}, accessed: map[ObjectID]int{}, removed: map[ObjectID]int{}, stored: map[ObjectID]int{}}
+func newRecObserver(s *Store) *recObserver {
+	r := &recObserver{counts: map[EventKind]map[ObjectID]int{}, done: make(chan struct{})}
+	sub := s.Subscribe(0)
+	go func() { // owner: the test; ends when the store closes the subscription
+		defer close(r.done)
+		for ev := range sub.C() {
+			r.mu.Lock()
+			if r.counts[ev.Kind] == nil {
+				r.counts[ev.Kind] = map[ObjectID]int{}
+			}
+			r.counts[ev.Kind][ev.ID]++
+			r.mu.Unlock()
+		}
+	}()
+	return r
 }
-func (r *recObserver) Created(id ObjectID, ns, kind string, _ Durability) {
-	r.mu.Lock()
-	r.created[id]++
-	r.mu.Unlock()
-}
-func (r *recObserver) Accessed(id ObjectID, now time.Time) {
-	r.mu.Lock()
-	r.accessed[id]++
-	r.mu.Unlock()
-}
-func (r *recObserver) Removed(id ObjectID) { r.mu.Lock(); r.removed[id]++; r.mu.Unlock() }
-func (r *recObserver) Stored(id ObjectID)  { r.mu.Lock(); r.stored[id]++; r.mu.Unlock() }
 
-func (r *recObserver) storedCount(id ObjectID) int {
+func (r *recObserver) count(k EventKind, id ObjectID) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stored[id]
+	return r.counts[k][id]
 }
+
+// waitCount waits (up to 10 s) for n events of kind k about id.
+func (r *recObserver) waitCount(t *testing.T, k EventKind, id ObjectID, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.count(k, id) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s events of object %d; want %d", r.count(k, id), k, id, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (r *recObserver) storedCount(id ObjectID) int { return r.count(EventStored, id) }
 
 // TestStoredAfterCloseAndWriteBack: Observer.Stored (what eager sharing
 // waits for) comes once the last writer closed the object (Expedite) and
@@ -46,8 +63,7 @@ func TestStoredAfterCloseAndWriteBack(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir(), newMemTier("G3", 0), nil, 64<<20)
 	defer s.Close()
-	obs := newRecObserver()
-	s.SetObserver(obs)
+	obs := newRecObserver(s)
 	id, err := s.Create("ns", 4096, "file")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +81,7 @@ func TestStoredAfterCloseAndWriteBack(t *testing.T) {
 		t.Fatal("sealed before Expedite")
 	}
 	s.Expedite(id) // the last writer closes: clean already
+	obs.waitCount(t, EventStored, id, 1)
 	if n := obs.storedCount(id); n != 1 {
 		t.Fatalf("Stored %d times after the close of a clean object; want 1", n)
 	}
@@ -93,8 +110,7 @@ func TestSinkMovesEveryBlockToG4(t *testing.T) {
 	g3, g4 := newMemTier("G3", 0), newMemTier("G4", 0)
 	s := openTest(t, t.TempDir(), g3, g4, 64<<20)
 	defer s.Close()
-	obs := newRecObserver()
-	s.SetObserver(obs)
+	obs := newRecObserver(s)
 	id, err := s.Create("ns", 4096, "file")
 	if err != nil {
 		t.Fatal(err)
@@ -133,10 +149,9 @@ func TestSinkMovesEveryBlockToG4(t *testing.T) {
 	if err := s.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	if obs.created[id] != 1 || obs.removed[id] != 1 || obs.accessed[id] < 2 {
-		t.Fatalf("observer saw created=%d accessed=%d removed=%d", obs.created[id], obs.accessed[id], obs.removed[id])
+	obs.waitCount(t, EventRemoved, id, 1)
+	if c, m, r := obs.count(EventCreated, id), obs.count(EventMoved, id), obs.count(EventRemoved, id); c != 1 || m != 1 || r != 1 {
+		t.Fatalf("events: created=%d moved=%d removed=%d; want 1 each (the second sink moved nothing)", c, m, r)
 	}
 }
 

@@ -357,10 +357,10 @@ type PassthroughInfo struct {
 // ErrLost, tier errors from reading a block, ctx errors.
 func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (PassthroughInfo, error) {
 	info, err := s.openPassthrough(ctx, id, write)
-	if ob := s.observer(); ob != nil && err == nil {
+	if err == nil {
 		// Outside o.mu, as in ReadAt: the open is the object's access
 		// (its reads never reach the daemon).
-		ob.Accessed(id, time.Now())
+		s.touched(id)
 	}
 	s.trimMemFiles()
 	return info, err

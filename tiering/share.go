@@ -136,9 +136,8 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()
-	if ob := s.observer(); ob != nil {
-		ob.Created(id, ns, kind, o.dur)
-	}
+	s.touched(id)
+	s.emit(EventCreated, o)
 	return id, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/heat"
 	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -51,6 +52,11 @@ type Config struct {
 	G35 tier.Tier
 	// HeatHalfLife is the heat decay half-life (default 60 s).
 	HeatHalfLife time.Duration
+	// RankObjects keeps a ranking of objects by heat (ObjectRanking, half
+	// life HeatHalfLife) for the control plane's reports: about 100
+	// bytes per object (heat.Ranking). Objects recovered at Open are
+	// ranked as last used at their creation time.
+	RankObjects bool
 	// ColdThreshold is the heat score under which a block is cold
 	// (default 30 of 100).
 	ColdThreshold float64
@@ -214,7 +220,14 @@ type Store struct {
 
 	lostMu sync.Mutex
 	onLost func(ObjectID)
-	obs    atomic.Pointer[Observer]
+
+	// subs are the event subscriptions (events.go): read without a lock
+	// by emit's fast path, changed under subMu.
+	subMu      sync.Mutex
+	subs       atomic.Pointer[[]*Events]
+	subsClosed bool
+	// rank is the object heat ranking (Config.RankObjects), or nil.
+	rank *heat.Ranking[ObjectID]
 
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
@@ -276,6 +289,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.recover(ctx); err != nil {
 		meta.close()
 		return nil, err
+	}
+	if cfg.RankObjects {
+		if s.rank, err = heat.NewRanking[ObjectID](heat.RankingConfig{HalfLife: cfg.HeatHalfLife}); err != nil {
+			meta.close()
+			return nil, err
+		}
+		for _, o := range s.Objects() {
+			s.rank.Touch(o.ID, o.Created)
+		}
 	}
 	// The core's port into G3's reclaim, attached before anything writes
 	// to G3: no segment is reused without its live blocks being demoted.
@@ -339,6 +361,7 @@ func (s *Store) CloseContext(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	s.closeEvents()
 	s.gcMu.Lock()
 	s.gcQueue = append(s.gcQueue, s.gcLater...)
 	s.gcMu.Unlock()
@@ -468,9 +491,8 @@ func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (Object
 	o.mu.Lock()
 	s.scheduleClean(o)
 	o.mu.Unlock()
-	if ob := s.observer(); ob != nil {
-		ob.Created(id, ns, kind, o.dur)
-	}
+	s.touched(id)
+	s.emit(EventCreated, o)
 	return id, nil
 }
 
@@ -519,9 +541,8 @@ func (s *Store) Delete(ctx context.Context, id ObjectID) error {
 	s.mu.Lock()
 	delete(s.objects, id)
 	s.mu.Unlock()
-	if ob := s.observer(); ob != nil {
-		ob.Removed(id)
-	}
+	s.forgetRanked(id)
+	s.emit(EventRemoved, o)
 	if err != nil {
 		return fmt.Errorf("delete object %d: %w", id, err)
 	}
@@ -621,8 +642,11 @@ func (s *Store) removeObject(id ObjectID, why error, lost bool) {
 	s.mu.Lock()
 	delete(s.objects, id)
 	s.mu.Unlock()
-	if ob := s.observer(); ob != nil {
-		ob.Removed(id)
+	s.forgetRanked(id)
+	if lost {
+		s.emit(EventLost, o)
+	} else {
+		s.emit(EventRemoved, o)
 	}
 	if lost {
 		s.c.objectsLost.Add(1)
@@ -742,6 +766,8 @@ func (s *Store) PrestageWait(ctx context.Context, id ObjectID) error {
 	}
 	o.mu.RUnlock()
 	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
+	moved := 0
+	defer func() { s.noteMoved(id, MoveResult{Moved: moved}) }()
 	for _, idx := range idxs {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -749,6 +775,7 @@ func (s *Store) PrestageWait(ctx context.Context, id ObjectID) error {
 		if err := s.promote(ctx, o, idx, true); err != nil {
 			return err
 		}
+		moved++
 	}
 	return nil
 }

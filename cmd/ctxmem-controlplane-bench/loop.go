@@ -165,13 +165,13 @@ func newSimHost(ctx context.Context, i int, dir, url string, iv time.Duration, l
 		return nil, err
 	}
 	h.st, err = tiering.Open(ctx, tiering.Config{DataDir: filepath.Join(hdir, "data"), G2Bytes: 8 << 20, G4: t4,
-		FlushWorkers: 1, HeatHalfLife: loopHalfLife, Logger: log})
+		FlushWorkers: 1, HeatHalfLife: loopHalfLife, RankObjects: true, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	h.files = newMemFiles(h.st, 1024)
 	h.agent, err = sidecar.New(sidecar.Config{Host: h.name, Names: msg.For("bench"), Interval: iv,
-		Namespaces: []string{benchNS}, HeatHalfLife: loopHalfLife, Log: log}, h.st, h.files)
+		Namespaces: []string{benchNS}, Log: log}, h.st, h.files)
 	if err != nil {
 		h.st.Close()
 		return nil, err

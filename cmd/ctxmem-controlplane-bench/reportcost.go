@@ -97,7 +97,7 @@ func runReportCost(ctx context.Context, o options, dir string, log *slog.Logger)
 	if err != nil {
 		return res, err
 	}
-	st, err := tiering.Open(ctx, tiering.Config{DataDir: filepath.Join(dir, "data"), G2Bytes: 64 << 20, G3: g3s, Logger: log})
+	st, err := tiering.Open(ctx, tiering.Config{DataDir: filepath.Join(dir, "data"), G2Bytes: 64 << 20, G3: g3s, RankObjects: true, Logger: log})
 	if err != nil {
 		g3s.Close()
 		return res, err
@@ -158,8 +158,9 @@ func runReportCost(ctx context.Context, o options, dir string, log *slog.Logger)
 	rng := rand.New(rand.NewPCG(1, 2))
 	touch := func() {
 		now := time.Now()
+		rank := st.ObjectRanking() // what the store's ReadAt/WriteAt touch
 		for j := 0; j < res.Touched; j++ {
-			agent.Accessed(ids[rng.IntN(len(ids))], now)
+			rank.Touch(ids[rng.IntN(len(ids))], now)
 		}
 	}
 	runtime.LockOSThread()

@@ -13,12 +13,13 @@ import (
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/config"
+	"github.com/ctxmem/ctxmemd/fusefs"
+	"github.com/ctxmem/ctxmemd/sharing"
 	"github.com/ctxmem/ctxmemd/sidecar"
 	"github.com/ctxmem/ctxmemd/sidecar/bus"
 	"github.com/ctxmem/ctxmemd/sidecar/client"
 	"github.com/ctxmem/ctxmemd/sidecar/msg"
 	"github.com/ctxmem/ctxmemd/sidecar/scheduler"
-	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 // control is the daemon's control plane: the embedded NATS server (when no
@@ -78,20 +79,19 @@ func (d *daemon) startControl(ctx context.Context) error {
 	cfg := d.cfg
 	c := d.ctl
 	nc := c.nc
-	var sharing *sidecar.Sharing
+	var sharer *sharing.Sharer
 	if d.pool != nil {
-		sharing = &sidecar.Sharing{Tier: d.pool.tier, Index: d.pool.index}
+		sharer = d.pool.sharer
+		d.goroutine(ctx, "sharing", func(ctx context.Context) error { return sharer.Run(ctx, d.names) })
 	}
 	agent, err := sidecar.New(sidecar.Config{
 		Host: cfg.Host, Names: c.names, Interval: cfg.ReportInterval, Version: version, Mount: cfg.Mount,
-		Namespaces: d.namespaceNames(), HeatHalfLife: cfg.HeatHalfLife, Log: d.log,
-		Sharing: sharing, EagerShare: cfg.PoolShare == "eager",
+		Namespaces: d.namespaceNames(), Log: d.log, Sharing: sharer,
 	}, d.store, d.names)
 	if err != nil {
 		return err
 	}
 	c.agent = agent
-	d.agentRef.Store(agent)
 	lim := busLimits(cfg)
 	d.goroutine(ctx, "sidecar", func(ctx context.Context) error { return agent.Run(ctx, nc, lim) })
 	if cfg.RunsScheduler() {
@@ -190,4 +190,4 @@ func (d *daemon) ClusterPrestage(ctx context.Context, req admin.ClusterPrestageR
 	return json.Marshal(rep)
 }
 
-var _ tiering.Observer = (*sidecar.Agent)(nil)
+var _ fusefs.Remote = (*sharing.Sharer)(nil)

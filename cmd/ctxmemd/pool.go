@@ -15,14 +15,18 @@ import (
 	"github.com/ctxmem/ctxmemd/fabric/pool"
 	"github.com/ctxmem/ctxmemd/fabric/poolkv"
 	"github.com/ctxmem/ctxmemd/fusefs"
+	"github.com/ctxmem/ctxmemd/sharing"
 	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 // poolState is the daemon's G3.5 pool: the tier, the shared index, and
 // the NVMe-oF controllers it attached (detached at shutdown).
 type poolState struct {
-	tier     *g35.Tier
-	index    *poolkv.Index
+	tier  *g35.Tier
+	index *poolkv.Index
+	// sharer is the host's sharing on tier and index (made with the core,
+	// before the mount, whose Remote it is; run once the catalog is up).
+	sharer   *sharing.Sharer
 	path     string
 	attached []fabric.Controller
 	attacher fabric.Attacher
@@ -131,35 +135,11 @@ func (d *daemon) closePool(ctx context.Context) {
 	}
 }
 
-// remoteFwd is the FUSE mount's Remote: it forwards to the sidecar once
-// it runs (the mount is made before the sidecar exists).
-type remoteFwd struct{ d *daemon }
-
-func (r remoteFwd) Import(ctx context.Context, ns, path string) (tiering.ObjectID, int64, bool, error) {
-	if a := r.d.agentRef.Load(); a != nil {
-		return a.Import(ctx, ns, path)
-	}
-	return 0, 0, false, nil
-}
-
-func (r remoteFwd) HasDir(ns, path string) bool {
-	if a := r.d.agentRef.Load(); a != nil {
-		return a.HasDir(ns, path)
-	}
-	return false
-}
-
-func (r remoteFwd) Missed(ns, path string) {
-	if a := r.d.agentRef.Load(); a != nil {
-		a.Missed(ns, path)
-	}
-}
-
-// remote is the mount's Remote: the sidecar's import of shared files when
-// the daemon has a pool, nil otherwise.
+// remote is the mount's Remote: the sharing component when the daemon
+// has a pool, nil otherwise.
 func (d *daemon) remote() fusefs.Remote {
-	if d.pool == nil {
+	if d.pool == nil || d.pool.sharer == nil {
 		return nil
 	}
-	return remoteFwd{d}
+	return d.pool.sharer
 }

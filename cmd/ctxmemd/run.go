@@ -27,7 +27,7 @@ import (
 	"github.com/ctxmem/ctxmemd/mrc"
 	"github.com/ctxmem/ctxmemd/nbd"
 	"github.com/ctxmem/ctxmemd/service"
-	"github.com/ctxmem/ctxmemd/sidecar"
+	"github.com/ctxmem/ctxmemd/sharing"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/g3"
 	"github.com/ctxmem/ctxmemd/tiering/g4"
@@ -62,14 +62,11 @@ type daemon struct {
 	// reload.
 	values atomic.Pointer[map[string]config.Namespace]
 	// lat holds the request latency histograms the front ends feed.
-	lat  *metrics.Latencies
-	link *fabric.LinkWatcher
-	ctl  *control
-	pool *poolState
-	// agentRef is the sidecar once it runs (hooks created before it,
-	// such as the pool tier's and the mount's, reach it through this).
-	agentRef atomic.Pointer[sidecar.Agent]
-	start    time.Time
+	lat   *metrics.Latencies
+	link  *fabric.LinkWatcher
+	ctl   *control
+	pool  *poolState
+	start time.Time
 
 	wg   sync.WaitGroup
 	errs chan error // fatal errors of owned goroutines
@@ -279,12 +276,19 @@ func (d *daemon) open(ctx context.Context) error {
 		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
 		MemFiles: cfg.Passthrough && cfg.PassthroughMaxBytes > 0 && os.Geteuid() == 0, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
-		Logger: d.log.With("component", "tiering"),
+		RankObjects: cfg.ControlPlane(), // the sidecar reports hot and cold objects
+		Logger:      d.log.With("component", "tiering"),
 	})
 	if err != nil {
 		return fmt.Errorf("open tiering core in %s: %w", cfg.DataDir, err)
 	}
 	d.store = st
+	if d.pool != nil {
+		if d.pool.sharer, err = sharing.New(sharing.Config{Host: cfg.Host, Store: st, Tier: d.pool.tier,
+			Index: d.pool.index, Eager: cfg.PoolShare == "eager", Log: d.log}); err != nil {
+			return err
+		}
+	}
 
 	// NBD listeners are bound before the mount, like the metrics and
 	// admin listeners: a busy or bad address fails the start with
@@ -515,9 +519,6 @@ func (d *daemon) close() error {
 	d.wg.Wait()
 	d.closeKVEvents()
 	if d.ctl != nil {
-		if d.store != nil {
-			d.store.SetObserver(nil)
-		}
 		d.ctl.close()
 	}
 	if d.store != nil {

@@ -1,4 +1,4 @@
-package sidecar
+package sharing
 
 import (
 	"context"
@@ -16,13 +16,13 @@ import (
 // host's first lookup of a block fails, and so do the lookups of the
 // blocks after it until the share lands.
 //
-// A file is shared when the core reports it stored (tiering.Observer.
-// Stored: its last writer closed it and every block is written back, so
-// the pool copy is of complete bytes that are durable here too). A file
-// still open for writing is never shared eagerly: another host would
-// import a prefix of it. Admission stays by room: nothing is shared while
-// the pool tier is above eagerHigh of its capacity (its reclaim frees the
-// oldest extents; the scheduler's value-based shares go on).
+// A file is shared when the core reports it stored (tiering.EventStored:
+// its last writer closed it and every block is written back, so the pool
+// copy is of complete bytes that are durable here too). A file still open
+// for writing is never shared eagerly: another host would import a prefix
+// of it. Admission stays by room: nothing is shared while the pool tier is
+// above eagerHigh of its capacity (its reclaim frees the oldest extents;
+// the scheduler's value-based shares go on).
 const (
 	eagerHigh  = 0.9
 	eagerQueue = 4096 // stored files waiting for their share (more are dropped, counted)
@@ -43,8 +43,7 @@ func newEagerState() *eagerState {
 	return &eagerState{ready: make(chan tiering.ObjectID, eagerQueue)}
 }
 
-// stored queues id (from Observer.Stored, under the object's lock: never
-// blocks).
+// stored queues id; it never blocks.
 func (e *eagerState) stored(id tiering.ObjectID) {
 	select {
 	case e.ready <- id:
@@ -55,42 +54,47 @@ func (e *eagerState) stored(id tiering.ObjectID) {
 
 // eagerLoop shares stored files. Owner: Run (its WaitGroup); it ends with
 // ctx.
-func (a *Agent) eagerLoop(ctx context.Context) {
+func (s *Sharer) eagerLoop(ctx context.Context, files Files) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-a.eager.ready:
-			a.eagerOne(ctx, id)
+		case id := <-s.eager.ready:
+			s.eagerOne(ctx, files, id)
 		}
 	}
 }
 
-// eagerOne shares id if it is still sealed and clean, holds copies of its
-// own (an import's blocks are only in the pool: another host's file) and
-// the pool has room.
-func (a *Agent) eagerOne(ctx context.Context, id tiering.ObjectID) {
-	sh := a.cfg.Sharing
-	info, err := a.store.Stat(id)
+// eagerOne shares id if it is still sealed and clean, has a name, holds
+// copies of its own (an import's blocks are only in the pool: another
+// host's file) and the pool has room.
+func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID) {
+	st := s.cfg.Store
+	info, err := st.Stat(id)
 	if err != nil || info.Dirty || !info.Sealed || info.Size == 0 || info.Durability != tiering.DurabilityCache {
-		return // gone, or changed since: a later Stored brings it back
+		return // gone, or changed since: a later EventStored brings it back
 	}
-	if local, err := a.store.LocalCopies(id); err != nil || !local {
-		a.eager.skipped.Add(1)
+	ns, path, ok := files.Path(id)
+	if !ok {
+		s.eager.skipped.Add(1) // unlinked meanwhile
 		return
 	}
-	if u := sh.Tier.Usage(); u.CapacityBytes > 0 && float64(u.UsedBytes) > eagerHigh*float64(u.CapacityBytes) {
-		a.eager.skipped.Add(1)
+	if local, err := st.LocalCopies(id); err != nil || !local {
+		s.eager.skipped.Add(1)
+		return
+	}
+	if u := s.cfg.Tier.Usage(); u.CapacityBytes > 0 && float64(u.UsedBytes) > eagerHigh*float64(u.CapacityBytes) {
+		s.eager.skipped.Add(1)
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := a.share(sctx, id, false); err != nil {
+	if _, err := s.Share(sctx, id, ns, path, false); err != nil {
 		if !errors.Is(err, tiering.ErrNotExist) {
-			a.log.Debug("G3.5: eager share", "object", id, "err", err)
+			s.log.Debug("G3.5: eager share", "object", id, "err", err)
 		}
-		a.eager.skipped.Add(1)
+		s.eager.skipped.Add(1)
 		return
 	}
-	a.eager.shared.Add(1)
+	s.eager.shared.Add(1)
 }
