@@ -86,7 +86,10 @@ type Stats struct {
 	Imports  int64 // files imported from other hosts
 	ImportNs int64 // total time spent importing (ns)
 	Shares   int64 // files published
-	Stale    int64 // stale pool records seen
+	// SharedBytes counts the bytes of blocks Share put into the pool
+	// (whole blocks: a file's last partial block counts as one block).
+	SharedBytes int64
+	Stale       int64 // stale pool records seen
 	// DroppedNotes counts Notes dropped from a full queue.
 	DroppedNotes int64
 	// EagerShared counts files shared eagerly, EagerSkipped stored files
@@ -115,7 +118,7 @@ type Sharer struct {
 	events   *tiering.Events // the store's object events
 	eager    *eagerState     // nil unless Config.Eager
 
-	imports, importNs, shares, stale, droppedNotes atomic.Int64
+	imports, importNs, shares, sharedBytes, stale, droppedNotes atomic.Int64
 }
 
 type name struct{ ns, path string }
@@ -148,7 +151,7 @@ func (s *Sharer) Notes() <-chan Note { return s.notes }
 // Stats returns the sharer's counters.
 func (s *Sharer) Stats() Stats {
 	st := Stats{Imports: s.imports.Load(), ImportNs: s.importNs.Load(), Shares: s.shares.Load(),
-		Stale: s.stale.Load(), DroppedNotes: s.droppedNotes.Load()}
+		SharedBytes: s.sharedBytes.Load(), Stale: s.stale.Load(), DroppedNotes: s.droppedNotes.Load()}
 	if e := s.eager; e != nil {
 		st.EagerShared, st.EagerSkipped, st.EagerDropped = e.shared.Load(), e.skipped.Load(), e.dropped.Load()
 	}
@@ -368,12 +371,15 @@ func (s *Sharer) Share(ctx context.Context, id tiering.ObjectID, ns, path string
 		st.Unshare(id, info.Gen, idxs)
 	}
 	n, err := st.Share(ctx, id)
+	info, serr := st.Stat(id)
+	if serr == nil {
+		s.sharedBytes.Add(int64(n) * int64(info.BlockSize))
+	}
 	if err != nil {
 		return n, err
 	}
-	info, err := st.Stat(id)
-	if err != nil {
-		return n, err
+	if serr != nil {
+		return n, serr
 	}
 	e := poolkv.FileEntry{V: 1, Namespace: ns, Path: path, Size: info.Size, BlockSize: info.BlockSize,
 		Owner: s.cfg.Host, Object: uint64(id), Gen: info.Gen, Published: time.Now().UnixNano(),

@@ -422,6 +422,12 @@ type Stats struct {
 	EagerSkipped   int64 `json:"eager_skipped,omitempty"`
 	EagerDropped   int64 `json:"eager_dropped,omitempty"`
 	TrackedObjects int   `json:"tracked_objects"`
+	// PoolShares counts files this host published to the pool, and
+	// PoolSharedBytes the bytes of blocks it put there for them
+	// (sharing.Stats): with the other hosts' G3.5 hits, what pool writes
+	// a hit costs.
+	PoolShares      int64 `json:"pool_shares,omitempty"`
+	PoolSharedBytes int64 `json:"pool_shared_bytes,omitempty"`
 	// DuplicateHost counts reports that found this host name's liveness
 	// record written by another daemon.
 	DuplicateHost int64 `json:"duplicate_host"`
@@ -442,6 +448,7 @@ func (a *Agent) Stats() Stats {
 		ss := sh.Stats()
 		st.DroppedPoolEvents = sh.Tier().DroppedEvents() + ss.DroppedNotes
 		st.EagerShared, st.EagerSkipped, st.EagerDropped = ss.EagerShared, ss.EagerSkipped, ss.EagerDropped
+		st.PoolShares, st.PoolSharedBytes = ss.Shares, ss.SharedBytes
 	}
 	return st
 }

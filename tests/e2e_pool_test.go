@@ -199,7 +199,7 @@ func readShared(d *harness.Daemon, name string, want []byte, deadline time.Durat
 }
 
 func TestE2EPoolSharing(t *testing.T) {
-	c := startPoolCluster(t, "256MiB", "4MiB")
+	c := startPoolCluster(t, "256MiB", "4MiB", poolShareArgs()...)
 	a, b, cc := c.hosts[0], c.hosts[1], c.hosts[2]
 	const size = 256 << 10 // 4 blocks of 64 KiB
 	var names []string
@@ -271,7 +271,7 @@ func statMap(t *testing.T, st harness.Status, key string) map[string]int64 {
 }
 
 func TestE2EPoolFaults(t *testing.T) {
-	c := startPoolCluster(t, "32MiB", "1MiB")
+	c := startPoolCluster(t, "32MiB", "1MiB", poolShareArgs()...)
 	a, b, cc := c.hosts[0], c.hosts[1], c.hosts[2]
 	const size = 192 << 10
 	write := func(d *harness.Daemon, name string) {
@@ -511,8 +511,8 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 		// CTXMEM_POOL_SHARE=eager measures eager sharing (pool_share) in
 		// the pool run; unset, the daemons' default applies.
 		var extra []string
-		if v := os.Getenv("CTXMEM_POOL_SHARE"); v != "" && withPool {
-			extra = append(extra, "--pool-share", v)
+		if withPool {
+			extra = poolShareArgs()
 		}
 		c := startPoolCluster(t, size, "16MiB", extra...)
 		// Timestamps are followed (20× faster than the trace): hosts take
@@ -536,6 +536,11 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 		if withPool && res.HitsByTier["G3.5"] == 0 {
 			t.Errorf("no block read from G3.5 in the replay with a pool")
 		}
+		if withPool {
+			shares, bytes := poolShared(t, c)
+			t.Logf("pool writes: %d files, %.1f MiB shared; %.1f KiB written to the pool per G3.5 hit (%d hits)",
+				shares, float64(bytes)/(1<<20), float64(bytes)/1024/float64(max(res.HitsByTier["G3.5"], 1)), res.HitsByTier["G3.5"])
+		}
 		for _, d := range c.hosts {
 			_ = d.Stop()
 		}
@@ -544,4 +549,40 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 	if ratio[1] < ratio[0] {
 		t.Errorf("G3.5 lowered the hit ratio: %.4f -> %.4f", ratio[0], ratio[1])
 	}
+}
+
+// poolShared sums the files and bytes the hosts shared to the pool (the
+// sidecar's pool_shares and pool_shared_bytes in status --json).
+func poolShared(t *testing.T, c *poolCluster) (shares, bytes int64) {
+	t.Helper()
+	for _, d := range c.hosts {
+		st, err := d.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Control struct {
+				Sidecar struct {
+					Shares int64 `json:"pool_shares"`
+					Bytes  int64 `json:"pool_shared_bytes"`
+				} `json:"sidecar"`
+			} `json:"control"`
+		}
+		if err := json.Unmarshal(st.Raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		shares += v.Control.Sidecar.Shares
+		bytes += v.Control.Sidecar.Bytes
+	}
+	return shares, bytes
+}
+
+// poolShareArgs are the daemon flags for CTXMEM_POOL_SHARE (wanted or
+// eager), which the pool tests run with; unset, the daemons' default
+// applies.
+func poolShareArgs() []string {
+	if v := os.Getenv("CTXMEM_POOL_SHARE"); v != "" {
+		return []string{"--pool-share", v}
+	}
+	return nil
 }

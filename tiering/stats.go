@@ -13,20 +13,20 @@ const (
 
 var tierNames = [nTiers]string{TierG2, TierG3, TierG35, TierG4}
 
-// Drop reasons counted in Stats.Dropped.
+// Drop reasons counted in Stats.Dropped. (Admission never drops a block:
+// it only keeps a block out of G3 when G4 takes it.)
 const (
-	dropNoSpace     = "no_space"     // no lower tier could take a dirty block
-	dropNoAdmission = "not_admitted" // admission refused and no G4
-	dropUnavailable = "unavailable"  // lower tiers failed
+	dropNoSpace     = "no_space"    // no lower tier could take a dirty block
+	dropUnavailable = "unavailable" // lower tiers failed
 	// evicted from a G2-only store (no lower tier), whole objects
 	dropEvictedName = "evicted_no_lower_tier"
-	nDrop           = 4
+	nDrop           = 3
 )
 
 // dropEvicted indexes counters.dropped for dropEvictedName.
-const dropEvicted = 3
+const dropEvicted = 2
 
-var dropNames = [nDrop]string{dropNoSpace, dropNoAdmission, dropUnavailable, dropEvictedName}
+var dropNames = [nDrop]string{dropNoSpace, dropUnavailable, dropEvictedName}
 
 type counters struct {
 	readRequests, readRequestHits atomic.Int64
