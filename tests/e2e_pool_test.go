@@ -563,16 +563,22 @@ func poolShared(t *testing.T, c *poolCluster) (shares, bytes int64) {
 		var v struct {
 			Control struct {
 				Sidecar struct {
-					Shares int64 `json:"pool_shares"`
-					Bytes  int64 `json:"pool_shared_bytes"`
+					Shares  int64 `json:"pool_shares"`
+					Bytes   int64 `json:"pool_shared_bytes"`
+					Eager   int64 `json:"eager_shared"`
+					Skipped int64 `json:"eager_skipped"`
+					Dropped int64 `json:"eager_dropped"`
 				} `json:"sidecar"`
 			} `json:"control"`
 		}
 		if err := json.Unmarshal(st.Raw, &v); err != nil {
 			t.Fatal(err)
 		}
-		shares += v.Control.Sidecar.Shares
-		bytes += v.Control.Sidecar.Bytes
+		sc := v.Control.Sidecar
+		shares += sc.Shares
+		bytes += sc.Bytes
+		t.Logf("%s: %d files shared (%d eagerly; %d stored files not shared eagerly, %d dropped from its queue)",
+			filepath.Base(d.Root), sc.Shares, sc.Eager, sc.Skipped, sc.Dropped)
 	}
 	return shares, bytes
 }
