@@ -23,7 +23,7 @@ func (s *Store) scheduleClean(o *object) {
 		return
 	}
 	s.cleanMu.Lock()
-	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Now()})
+	s.cleanQueue = append(s.cleanQueue, cleanItem{o, s.clk.Now()})
 	s.cleanMu.Unlock()
 	s.cleanReady.broadcast()
 }
@@ -31,16 +31,16 @@ func (s *Store) scheduleClean(o *object) {
 // cleanLoop writes clean records for objects that stayed idle.
 func (s *Store) cleanLoop() {
 	defer s.wg.Done()
-	tick := time.NewTicker(cleanDelay / 4)
+	tick := s.clk.NewTicker(cleanDelay / 4)
 	defer tick.Stop()
 	for {
 		select {
-		case <-tick.C:
+		case <-tick.C():
 		case <-s.ctx.Done():
 			return
 		}
 		s.cleanMu.Lock()
-		cut := time.Now().Add(-cleanDelay)
+		cut := s.clk.Now().Add(-cleanDelay)
 		n := 0
 		for n < len(s.cleanQueue) && s.cleanQueue[n].at.Before(cut) {
 			n++

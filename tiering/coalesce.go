@@ -85,7 +85,7 @@ func (s *Store) coalescing() bool { return s.cfg.WriteBackDelay > 0 && !s.volati
 // back and written again is held back longer; one already queued for
 // write-back stays queued. o.mu held for writing.
 func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) {
-	now := time.Now().UnixNano()
+	now := s.clk.Now().UnixNano()
 	if b.dirtySince == 0 {
 		b.dirtySince = now
 	}
@@ -171,7 +171,7 @@ func (s *Store) pushDelayed(it delayItem) {
 // delayLoop moves held-back blocks to the write-back queue when due.
 func (s *Store) delayLoop() {
 	defer s.wg.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := s.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		ch := s.delay.ready.c()
@@ -192,7 +192,7 @@ func (s *Store) delayLoop() {
 func (s *Store) releaseDue() time.Duration {
 	for {
 		all := s.delay.all.Load()
-		now := time.Now().UnixNano()
+		now := s.clk.Now().UnixNano()
 		excess := s.g2dirty.Load() - s.limits().Dirty/2
 		pressed := excess > 0
 		s.delay.pressed.Store(pressed)

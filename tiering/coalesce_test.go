@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/clock"
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 )
@@ -180,5 +182,38 @@ func TestWriteBackWatermarkReleasesOldest(t *testing.T) {
 		if got := readAll(t, fs.store, id, bs); !bytes.Equal(got, want) {
 			t.Fatalf("object %d: wrong bytes after watermark write-back", id)
 		}
+	}
+}
+
+// TestWriteBackDelayOnAFakeClock: the hold-back runs on the core's clock
+// (Config.Clock): a block written under an hour's WriteBackDelay stays
+// dirty through 50 minutes of fake time however long the test waits, and
+// is stored once the fake clock passes the hour, without sleeping for it.
+func TestWriteBackDelayOnAFakeClock(t *testing.T) {
+	ctx := context.Background()
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) {
+		c.WriteBackDelay = time.Hour
+		c.Clock = fake
+	})
+	defer fs.close(t)
+	id, _ := fs.store.Create("ns", 64<<10, "file")
+	if _, err := fs.store.WriteAt(ctx, id, data(7, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 { // 50 minutes
+		fake.Advance(10 * time.Minute)
+		time.Sleep(20 * time.Millisecond) // room for a wrong release to happen
+		if info, _ := fs.store.Stat(id); !info.Dirty {
+			t.Fatalf("stored after %v of fake time; held back for an hour", fake.Since(time.Unix(1_700_000_000, 0)))
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		fake.Advance(time.Minute)
+		info, _ := fs.store.Stat(id)
+		return !info.Dirty
+	}, "still dirty at %v of fake time", fake.Since(time.Unix(1_700_000_000, 0)))
+	if el := fake.Since(time.Unix(1_700_000_000, 0)); el < time.Hour {
+		t.Fatalf("stored at %v of fake time", el)
 	}
 }

@@ -162,11 +162,11 @@ func (s *Store) ObjectRanking() *heat.Ranking[ObjectID] { return s.rank }
 // touched records an access to id in the object ranking.
 func (s *Store) touched(id ObjectID) {
 	if s.rank != nil {
-		s.rank.Touch(id, time.Now())
+		s.rank.Touch(id, s.clk.Now())
 	}
 }
 
-func (s *Store) now() time.Time { return time.Now() }
+func (s *Store) now() time.Time { return s.clk.Now() }
 
 // noteStoredLocked emits EventStored when o is sealed and clean. o.mu
 // held for writing.

@@ -43,7 +43,7 @@ func (s *Store) evictLoop() {
 			if len(kept) > 0 {
 				// Victims kept in G2 (objects being written in a G2-only
 				// store) go back to the eviction order.
-				now := time.Now()
+				now := s.clk.Now()
 				s.g2mu.Lock()
 				for _, r := range kept {
 					s.place.makeEvictable(r, now)
@@ -158,7 +158,7 @@ func (s *Store) evictObject(o *object) bool {
 		o.mu.RUnlock()
 		return false // open by passthrough: kept for now
 	}
-	recent := o.writers.Load() > 0 || time.Since(time.Unix(0, o.lastWrite.Load())) < volatileWriteGrace
+	recent := o.writers.Load() > 0 || s.clk.Since(time.Unix(0, o.lastWrite.Load())) < volatileWriteGrace
 	blocks := len(o.blocks)
 	o.mu.RUnlock()
 	if gone {

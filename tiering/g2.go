@@ -160,13 +160,13 @@ func (s *Store) admitG2(r bref, n int) bool {
 	if s.g2used.Load()+int64(n) > s.limits().Bytes {
 		return false
 	}
-	return s.place.policy.ShouldAdmit(r.hash(), time.Now())
+	return s.place.policy.ShouldAdmit(r.hash(), s.clk.Now())
 }
 
 // touch records an access for heat and admission (and, for blocks in G2
 // that are evictable, the eviction order).
 func (s *Store) touch(r bref, inPolicy bool) {
 	s.g2mu.Lock()
-	s.place.access(r, inPolicy, time.Now())
+	s.place.access(r, inPolicy, s.clk.Now())
 	s.g2mu.Unlock()
 }

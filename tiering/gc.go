@@ -93,12 +93,12 @@ func (s *Store) gcQueued(t tier.Tier, k tier.Key) bool {
 // it returns (then CloseContext does).
 func (s *Store) gcLoop() {
 	defer s.wg.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := s.clk.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
 		ch := s.gcReady.c()
-		now := time.Now()
+		now := s.clk.Now()
 		keep := s.gcLater[:0]
 		var due []gcItem
 		for _, it := range s.gcLater {
@@ -122,7 +122,7 @@ func (s *Store) gcLoop() {
 					next = it.due
 				}
 			}
-			timer.Reset(max(time.Until(next), time.Millisecond))
+			timer.Reset(max(next.Sub(s.clk.Now()), time.Millisecond))
 		}
 		if !s.wake(ch, timer) {
 			return
@@ -194,7 +194,7 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 		s.gcDone(it) // the key was written again since it was queued
 		return it, true
 	case copyBusy:
-		it.due = time.Now().Add(gcRetryMin)
+		it.due = s.clk.Now().Add(gcRetryMin)
 		return it, false
 	}
 	dctx, cancel := context.WithTimeout(ctx, gcDeleteTimeout)
@@ -210,7 +210,7 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 	}
 	s.c.gcFailed.Add(1)
 	it.tries++
-	it.due = time.Now().Add(gcBackoff(it.tries))
+	it.due = s.clk.Now().Add(gcBackoff(it.tries))
 	if ctx.Err() == nil {
 		s.logLimited("gc delete failed, will retry", "tier", it.t.Name(), "key", it.k.String(),
 			"tries", it.tries, "pending", s.gcPending.Load(), "err", err)

@@ -271,7 +271,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	}
 	if o := s.get(id); o != nil {
 		o.writers.Add(1)
-		defer func() { o.lastWrite.Store(time.Now().UnixNano()); o.writers.Add(-1) }()
+		defer func() { o.lastWrite.Store(s.clk.Now().UnixNano()); o.writers.Add(-1) }()
 	}
 	if err := s.waitRoom(ctx, int64(len(p))); err != nil {
 		return 0, err

@@ -67,7 +67,7 @@ func (s *Store) recover(ctx context.Context) error {
 			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true,
 			blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 		if o.created.IsZero() {
-			o.created = time.Now()
+			o.created = s.clk.Now()
 		}
 		for _, run := range rec.Written {
 			for idx := run[0]; ; idx++ {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -118,7 +117,7 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	if err != nil {
 		return 0, err
 	}
-	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: time.Now(), size: size,
+	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: s.clk.Now(), size: size,
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
 	// metaDirty stays false: nothing of an import is this host's to keep
 	// (a local write to it marks it, like any change).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/ctxmem/ctxmemd/internal/clock"
 )
 
 // signal is a broadcast condition usable with contexts: waiters take the
@@ -66,11 +68,11 @@ func (s *signal) waitPoll(ctx context.Context, every time.Duration, cond func() 
 // wake waits for ch, timer or the store's end, and reports false at the
 // end. The timer is stopped on return, so the caller may Reset it (Go 1.23
 // timer semantics: no stale tick survives Stop).
-func (s *Store) wake(ch <-chan struct{}, timer *time.Timer) bool {
+func (s *Store) wake(ch <-chan struct{}, timer clock.Timer) bool {
 	defer timer.Stop()
 	select {
 	case <-ch:
-	case <-timer.C:
+	case <-timer.C():
 	case <-s.ctx.Done():
 		return false
 	}

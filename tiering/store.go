@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxmem/ctxmemd/heat"
+	"github.com/ctxmem/ctxmemd/internal/clock"
 	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -57,6 +58,11 @@ type Config struct {
 	// bytes per object (heat.Ranking). Objects recovered at Open are
 	// ranked as last used at their creation time.
 	RankObjects bool
+	// Clock is the time source of the core's hold-backs, idle and retry
+	// delays, heat and ages (default the system clock); a test passes a
+	// clock.Fake to step through them. Waits bounded by real I/O (stall
+	// bounds, tier timeouts, fsck) keep the system clock.
+	Clock clock.Clock
 	// ColdThreshold is the heat score under which a block is cold
 	// (default 30 of 100).
 	ColdThreshold float64
@@ -228,6 +234,8 @@ type Store struct {
 	subsClosed bool
 	// rank is the object heat ranking (Config.RankObjects), or nil.
 	rank *heat.Ranking[ObjectID]
+	// clk is Config.Clock (clock.Real by default).
+	clk clock.Clock
 
 	lim atomic.Pointer[G2Limits] // live G2 limits (SetG2Limits)
 
@@ -280,6 +288,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		gcReady:    newSignal(),
 		cleanReady: newSignal(),
 		health:     newHealth(cfg),
+		clk:        clock.Or(cfg.Clock),
 	}
 	s.lim.Store(&G2Limits{Bytes: cfg.G2Bytes, High: cfg.G2High, Low: cfg.G2Low, Dirty: cfg.DirtyBytes})
 	if s.place, err = newPlacement(cfg); err != nil {
@@ -483,7 +492,7 @@ func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (Object
 	// is what a dirty record would say too. Its first record (clean) is
 	// written once it is idle (cleanLoop), so creating and writing a KV
 	// file costs no metadata commit on the caller's path.
-	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: time.Now(),
+	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: s.clk.Now(),
 		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
 	s.mu.Lock()
 	s.objects[id] = o
@@ -695,7 +704,7 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 			delta += int64(len(g.buf))
 		} else {
 			if !b.dirty {
-				s.place.makeEvictable(r, time.Now())
+				s.place.makeEvictable(r, s.clk.Now())
 			}
 			delta -= int64(len(g.buf))
 		}
@@ -858,7 +867,7 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 	if len(refs) == 0 {
 		return 0, nil
 	}
-	now := time.Now()
+	now := s.clk.Now()
 	var sum float64
 	for _, r := range refs {
 		sum += s.place.heat.Score(r, now)

@@ -167,7 +167,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		s.noteStoredLocked(o)
 		if !o.held() && b.g2.Load() != nil {
 			s.g2mu.Lock()
-			s.place.makeEvictable(r, time.Now())
+			s.place.makeEvictable(r, s.clk.Now())
 			s.g2mu.Unlock()
 		}
 	}
@@ -200,10 +200,10 @@ func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, du
 	o.mu.Lock()
 	b.retries++
 	if b.failedAt.IsZero() {
-		b.failedAt = time.Now()
+		b.failedAt = s.clk.Now()
 	}
 	s.maybeStoredLocked(o, r.idx, k, err)
-	tries, since := b.retries, time.Since(b.failedAt)
+	tries, since := b.retries, s.clk.Since(b.failedAt)
 	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
 	if s.ctx.Err() != nil {
@@ -300,10 +300,10 @@ func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
 
 // retryWB requeues a block after a pause.
 func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
-	t := time.NewTimer(pause)
+	t := s.clk.NewTimer(pause)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 	case <-s.ctx.Done():
 		return
 	}

@@ -6,12 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxmem/ctxmemd/internal/clock"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -20,25 +20,9 @@ const (
 	mib = 1 << 20
 )
 
-// fakeClock is a settable clock shared by a leaser and writers.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock is the tests' settable clock (shared by leasers and
+// writers, or one per simulated host).
+func newFakeClock() *clock.Fake { return clock.NewFake(time.Unix(1_700_000_000, 0)) }
 
 // place is where a test pool lives and how it is opened.
 type place struct {

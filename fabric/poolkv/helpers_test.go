@@ -13,28 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxmem/ctxmemd/internal/clock"
 	"github.com/ctxmem/ctxmemd/sidecar/bus"
 )
 
-// fakeClock is a settable clock (one per simulated host, or shared).
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock is the tests' settable clock (shared by leasers and
+// writers, or one per simulated host).
+func newFakeClock() *clock.Fake { return clock.NewFake(time.Unix(1_700_000_000, 0)) }
 
 // logBuf is a goroutine-safe log sink for slog.
 type logBuf struct {
