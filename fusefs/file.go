@@ -183,6 +183,7 @@ func (fn *fileNode) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno
 	switch x := fh.(type) {
 	case *openHandle:
 		h = x
+		fn.fsys.fence.begin(ctx, fn.n)
 	case *ptHandle:
 		fn.fsys.releasePassthrough(fn.n, x)
 		h = &x.openHandle

@@ -28,6 +28,9 @@ type fsys struct {
 	nss   []*namespace
 	notes *notifier
 	pt    ptState // FUSE passthrough (passthrough.go)
+	// fence guards passthrough opens against go-fuse's release of a
+	// backing id (passthrough.go); nil until mounted.
+	fence *releaseFence
 }
 
 // opsFor returns a fresh go-fuse node for n.

@@ -110,8 +110,8 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 	if o.NegativeTimeout > 0 {
 		fsOpts.NegativeTimeout = &o.NegativeTimeout
 	}
-	raw := fs.NewNodeFS(root, fsOpts)
-	srv, err := fuse.NewServer(raw, mnt, &fsOpts.MountOptions)
+	f.fence = newReleaseFence(fs.NewNodeFS(root, fsOpts))
+	srv, err := fuse.NewServer(f.fence, mnt, &fsOpts.MountOptions)
 	if err != nil {
 		f.notes.close()
 		f.j.Close()

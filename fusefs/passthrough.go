@@ -52,6 +52,64 @@ import (
 // opens (they are answered without passthrough); nothing outside go-fuse
 // can undo that, so the daemon only reports it.
 
+// The release fence. go-fuse (v2.12.1, fs/bridge.go rawBridge.Release)
+// drops a reference to the inode's backing-file id on the RELEASE of every
+// handle, passthrough or not, once the daemon's Release has returned; only
+// passthrough opens took one. So when a handle served through the daemon
+// is released while a passthrough open of the same inode is being
+// answered (the daemon already saw the first release, so the node had no
+// open left, and chose passthrough), go-fuse unregisters the backing id
+// the new open's reply carries, and the kernel fails that open with EIO
+// (the kernel's backing-file rule: an open reply whose id is closed before
+// the open completes fails; Linux commit 44350256ab94). A KV engine sees
+// this as a read of a file it has just written failing with EIO
+// (TestE2EWorkloads/W2 under load, 1 run in 6). The fence wraps go-fuse's
+// RawFileSystem: each RELEASE of a handle not served by passthrough counts
+// its node as releasing from the start of the daemon's Release until
+// go-fuse's Release has returned, and a node that is releasing is not
+// opened by passthrough (that open is served through the daemon).
+type releaseFence struct {
+	fuse.RawFileSystem
+	mu sync.Mutex
+	// releasing maps an in-flight RELEASE (its request's cancel channel,
+	// unique while the request runs) to its node.
+	releasing map[<-chan struct{}]*node
+}
+
+func newReleaseFence(raw fuse.RawFileSystem) *releaseFence {
+	return &releaseFence{RawFileSystem: raw, releasing: map[<-chan struct{}]*node{}}
+}
+
+// Release is go-fuse's, then the end of the node's release (see above).
+func (r *releaseFence) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.RawFileSystem.Release(cancel, in)
+	r.mu.Lock()
+	n := r.releasing[cancel]
+	delete(r.releasing, cancel)
+	r.mu.Unlock()
+	if n != nil {
+		n.mu.Lock()
+		n.releasing--
+		n.mu.Unlock()
+	}
+}
+
+// begin marks n releasing a handle served through the daemon until the
+// RELEASE request ctx belongs to has left go-fuse. A ctx that is not a
+// go-fuse request (a direct call in a test) marks nothing.
+func (r *releaseFence) begin(ctx context.Context, n *node) {
+	fc, ok := ctx.(*fuse.Context)
+	if r == nil || !ok || fc.Cancel == nil {
+		return
+	}
+	r.mu.Lock()
+	r.releasing[fc.Cancel] = n
+	r.mu.Unlock()
+	n.mu.Lock()
+	n.releasing++
+	n.mu.Unlock()
+}
+
 // ptBackend is implemented by backends that can serve objects by
 // passthrough (tiering.Store).
 type ptBackend interface {
@@ -114,7 +172,9 @@ func (f *fsys) tryPassthrough(ctx context.Context, n *node, flags uint32) (h fs.
 	// cached I/O mode when it is mapped shared, unseen by the daemon, and
 	// the kernel then answers a passthrough open with EIO (fs/fuse/iomode.c;
 	// TestE2EPassthroughAfterMappedDirectOpen).
-	can := must || ((!write || f.opts.PassthroughWrites) && n.opens == 0 &&
+	// Nor while a handle served through the daemon is being released:
+	// see releaseFence.
+	can := must || ((!write || f.opts.PassthroughWrites) && n.opens == 0 && n.releasing == 0 &&
 		n.ns.cfg.QuotaBytes == 0 && !n.lost)
 	obj := n.obj
 	n.mu.Unlock()

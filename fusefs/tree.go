@@ -106,12 +106,15 @@ type node struct {
 	// passthrough (with write access); see passthrough.go. openMu
 	// serialises the choice between them.
 	cachedOpens, ptOpens, ptWriters int
-	openMu                          sync.Mutex
-	released                        bool // unreachable file: its space and inode are given back
-	truncating                      int  // truncates in progress
-	resync                          bool // accounting must be re-read from Backend.Stat at quiescence
-	lost                            bool // the store lost the object
-	xattrs                          map[string][]byte
+	// releasing counts RELEASEs of handles served through the daemon
+	// still inside go-fuse (releaseFence).
+	releasing  int
+	openMu     sync.Mutex
+	released   bool // unreachable file: its space and inode are given back
+	truncating int  // truncates in progress
+	resync     bool // accounting must be re-read from Backend.Stat at quiescence
+	lost       bool // the store lost the object
+	xattrs     map[string][]byte
 }
 
 // Ino implements catalog.Node.
