@@ -51,7 +51,7 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 		boff := int(pos % int64(o.bs))
 		cnt := int(min(int64(o.bs-boff), end-pos))
 		dst := p[n : n+cnt]
-		src, err := s.readBlock(ctx, o, idx, boff, dst)
+		src, err := s.readBlock(ctx, o, idx, boff, dst, pos+int64(cnt) < end)
 		if err != nil {
 			if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
 				lostErr = fmt.Errorf("block %d: %w", idx, err)
@@ -80,9 +80,9 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 }
 
 // readBlock fills dst with bytes [boff, boff+len(dst)) of block idx and
-// returns the tier index that served it (tiG2 also for holes). o.mu is held
-// for reading.
-func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte) (int, error) {
+// returns the tier index that served it (tiG2 also for holes). more says
+// the read goes on past this block. o.mu is held for reading.
+func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte, more bool) (int, error) {
 	b := o.blocks[idx]
 	if b == nil {
 		if o.awaitG4 {
@@ -97,9 +97,21 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	if g == nil {
 		blen := o.blockLen(idx)
 		if s.admitG2(r, blen) {
-			var err error
-			if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
-				return 0, err
+			// A batched G4 read (restore.go) for a read that looks
+			// sequential (the file's first block, the block before it
+			// in G2, or a read going on past this block; a lone block
+			// read elsewhere costs one block's GET), with room up to
+			// G2's high watermark.
+			room := int64(-1)
+			if more || idx == 0 || o.blocks[idx-1] != nil && o.blocks[idx-1].g2.Load() != nil {
+				room = int64(s.limits().High*float64(s.limits().Bytes)) - s.g2used.Load() - int64(blen)
+			}
+			var ok bool
+			if g, src, ok = s.promoteRunLocked(ctx, o, idx, room, false); !ok {
+				var err error
+				if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
+					return 0, err
+				}
 			}
 		}
 	}
@@ -238,9 +250,16 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if s.g2used.Load()+blen > s.limits().Bytes && !o.pinned {
 		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
 	}
-	g, src, err := s.promoteLocked(ctx, o, idx, b)
-	if err != nil {
-		return err
+	room := s.limits().Bytes - s.g2used.Load() - blen // a batched G4 read fills G2 up to its budget
+	if o.pinned {
+		room = restoreRunBytes
+	}
+	g, src, ok := s.promoteRunLocked(ctx, o, idx, room, true)
+	if !ok {
+		var err error
+		if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
+			return err
+		}
 	}
 	if src != tiG2 { // brought up by this prestage, not by a reader racing it
 		s.notePrestaged(g)
