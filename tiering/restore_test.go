@@ -335,3 +335,33 @@ func TestRestoreBatchCancel(t *testing.T) {
 		t.Fatalf("read after the hang: %v", err)
 	}
 }
+
+// TestRestoreBatchPassthrough: a passthrough open of a sunk file fills its
+// memory file with one G4 GET, and a block that fails its CRC32C in the
+// middle of the run makes the open fail as a loss, never wrong bytes.
+func TestRestoreBatchPassthrough(t *testing.T) {
+	ctx := context.Background()
+	r := openRestore(t, t.TempDir(), 64<<20)
+	defer r.close(t)
+	id, want := sunkFile(t, r.store, 5, 16)
+	g0 := r.g4.Requests().Get
+	pt, err := r.store.OpenPassthrough(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if n, _ := pt.File.ReadAt(got, 0); n != len(want) || !bytes.Equal(got, want) {
+		t.Fatal("memory file filled from G4: wrong bytes")
+	}
+	r.store.ClosePassthrough(id, false)
+	pt.File.Close()
+	if d := r.g4.Requests().Get - g0; d != 1 {
+		t.Errorf("passthrough open of 16 packed blocks made %d G4 GETs; want 1", d)
+	}
+
+	id, _ = sunkFile(t, r.store, 6, 16)
+	r.flip.back.Store(int64(3*restoreBS + 1)) // block 12's last byte
+	if _, err := r.store.OpenPassthrough(ctx, id, false); !errors.Is(err, tiering.ErrLost) {
+		t.Fatalf("passthrough open over a corrupt block = %v; want ErrLost", err)
+	}
+}
