@@ -107,11 +107,12 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 				room = int64(s.limits().High*float64(s.limits().Bytes)) - s.g2used.Load() - int64(blen)
 			}
 			var ok bool
-			if g, src, ok = s.promoteRunLocked(ctx, o, idx, room, false); !ok {
-				var err error
-				if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
-					return 0, err
-				}
+			var err error
+			if g, src, ok, err = s.promoteRunLocked(ctx, o, idx, room, false); !ok {
+				g, src, err = s.promoteLocked(ctx, o, idx, b)
+			}
+			if err != nil {
+				return 0, err
 			}
 		}
 	}
@@ -254,12 +255,12 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if o.pinned {
 		room = restoreRunBytes
 	}
-	g, src, ok := s.promoteRunLocked(ctx, o, idx, room, true)
+	g, src, ok, err := s.promoteRunLocked(ctx, o, idx, room, true)
 	if !ok {
-		var err error
-		if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
-			return err
-		}
+		g, src, err = s.promoteLocked(ctx, o, idx, b)
+	}
+	if err != nil {
+		return err
 	}
 	if src != tiG2 { // brought up by this prestage, not by a reader racing it
 		s.notePrestaged(g)

@@ -711,7 +711,8 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 // the following blocks of its G4 run (restore.go) into the memory file
 // with one batched read, recording their source in srcs, when the block
 // is read as a run; blocks it did not bring up are left to the caller.
-// o.mu held for writing.
+// If the read failed for block idx itself it returns the error, as
+// readLower would have. o.mu held for writing.
 func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, srcs map[uint32]int) error {
 	rr, run := s.g4Run(o, idx, runLimit(o, o.blockLen(idx), restoreRunBytes))
 	if run < 2 {
@@ -728,8 +729,9 @@ func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, src
 		gs, bufs = append(gs, ng), append(bufs, ng.buf[:o.blockLen(j)])
 	}
 	good := 0
+	var err error
 	if len(bufs) >= 2 {
-		good = s.readG4Run(ctx, rr, o, idx, bufs)
+		good, err = s.readG4Run(ctx, rr, o, idx, bufs)
 	}
 	for i, ng := range gs {
 		j := idx + uint32(i)
@@ -742,6 +744,9 @@ func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, src
 		s.c.promotions.Add(1)
 		o.blocks[j].g2.Store(ng)
 		srcs[j] = tiG4
+	}
+	if good == 0 && err != nil {
+		return err // block idx: as readLower would have failed
 	}
 	return ctx.Err()
 }

@@ -3,6 +3,7 @@ package tiering
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/health"
@@ -74,13 +75,15 @@ func runLimit(o *object, blen int, room int64) int {
 
 // readG4Run reads the run of blocks idx.. of o into bufs (one per block,
 // each its block's length) with one GetBlocks through G4's health
-// machine, and returns how many leading blocks it read, each verified; 0
-// when G4 refused or failed the first one (the caller then reads block
-// idx on its own, which reports the error). o.mu held.
-func (s *Store) readG4Run(ctx context.Context, rr tier.RunReader, o *object, idx uint32, bufs [][]byte) int {
+// machine, and returns how many leading blocks it read, each verified.
+// When it read none it returns why, as readLower would for block idx
+// alone: tier.ErrNotFound or tier.ErrCorrupt (a loss), ctx's error, or an
+// I/O error (G4 refused by its health machine, or unavailable), so the
+// caller does not wait for G4 a second time. o.mu held.
+func (s *Store) readG4Run(ctx context.Context, rr tier.RunReader, o *object, idx uint32, bufs [][]byte) (int, error) {
 	h := s.health[tiG4]
-	if h.Admit(health.Get) != nil {
-		return 0
+	if err := h.Admit(health.Get); err != nil {
+		return 0, fmt.Errorf("read %s: %w", o.key(idx), err)
 	}
 	keys := make([]tier.Key, len(bufs))
 	for i := range keys {
@@ -101,12 +104,20 @@ func (s *Store) readG4Run(ctx context.Context, rr tier.RunReader, o *object, idx
 	for good < len(ns) && ns[good] > 0 { // bytes past a short stored block stay zero
 		good++
 	}
-	if good > 0 {
+	switch {
+	case good > 0:
 		s.noteRead(tiG4, time.Since(t0)/time.Duration(good))
 		s.c.g4RunReads.Add(1)
 		s.c.g4RunBlocks.Add(int64(good - 1))
+		return good, nil
+	case err == nil:
+		return 0, fmt.Errorf("read %s: %w: G4 returned no block of the run", keys[0], tier.ErrUnavailable) // cannot happen (tier.RunReader)
+	case errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt):
+		return 0, err
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
 	}
-	return good
+	return 0, fmt.Errorf("read %s: %w", keys[0], err)
 }
 
 // promoteRunLocked brings block idx of o (state b) up to G2 like
@@ -115,17 +126,17 @@ func (s *Store) readG4Run(ctx context.Context, rr tier.RunReader, o *object, idx
 // beside block idx. It returns false, with nothing done, when the block
 // is not read as a run (not G4-only, G4 not a tier.RunReader, a run of
 // one, a memory-file object: toMemFileLocked batches those); the caller
-// then uses promoteLocked, as it does when the batched read fails for
-// block idx itself (a second, single read reports the error as usual).
-// When prestaged is set, every block installed is marked as prestage's.
-// o.mu is held for reading or writing.
-func (s *Store) promoteRunLocked(ctx context.Context, o *object, idx uint32, room int64, prestaged bool) (*g2block, int, bool) {
+// then uses promoteLocked. When the batched read fails for block idx
+// itself it returns true with readG4Run's error. When prestaged is set,
+// every block installed is marked as prestage's. o.mu is held for
+// reading or writing.
+func (s *Store) promoteRunLocked(ctx context.Context, o *object, idx uint32, room int64, prestaged bool) (*g2block, int, bool, error) {
 	if o.mf != nil {
-		return nil, 0, false
+		return nil, 0, false, nil
 	}
 	rr, run := s.g4Run(o, idx, runLimit(o, o.blockLen(idx), room))
 	if run < 2 {
-		return nil, 0, false
+		return nil, 0, false, nil
 	}
 	bufs := make([][]byte, 0, run)
 	gs := make([]*g2block, 0, run)
@@ -145,9 +156,12 @@ func (s *Store) promoteRunLocked(ctx context.Context, o *object, idx uint32, roo
 		bufs, gs = append(bufs, g.buf[:o.blockLen(j)]), append(gs, g)
 	}
 	if len(bufs) < 2 {
-		return nil, 0, false
+		return nil, 0, false, nil
 	}
-	good := s.readG4Run(ctx, rr, o, idx, bufs)
+	good, err := s.readG4Run(ctx, rr, o, idx, bufs)
+	if good == 0 {
+		return nil, 0, true, err
+	}
 	var first *g2block
 	src := tiG4
 	for i := range good {
@@ -173,5 +187,5 @@ func (s *Store) promoteRunLocked(ctx context.Context, o *object, idx uint32, roo
 		}
 		s.touch(bref{o.id, j}, !b.dirty && !o.held())
 	}
-	return first, src, good > 0
+	return first, src, true, nil
 }
