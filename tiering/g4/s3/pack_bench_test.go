@@ -205,7 +205,7 @@ func BenchmarkPackedSink(b *testing.B) {
 	}
 	one := func(tr *g4.Tier) func(p []byte) error {
 		return func(p []byte) error {
-			if n, err := tr.Get(bg, key(1, 7), p, 0); err != nil || n != bs {
+			if n, err := tr.Get(bg, key(0, 7), p, 0); err != nil || n != bs {
 				return fmt.Errorf("Get = %d, %v", n, err)
 			}
 			return nil
@@ -213,7 +213,7 @@ func BenchmarkPackedSink(b *testing.B) {
 	}
 	// The bytes of block 7 in its own object, read with a ranged GET
 	// (header skipped): what a range costs the server, pack or not.
-	blockName := perBlock.tr.ObjectName(key(1, 7))
+	blockName := perBlock.tr.ObjectName(key(0, 7))
 	attrs, err := perBlock.store.Head(bg, blockName)
 	if err != nil {
 		b.Fatal(err)
@@ -238,6 +238,7 @@ func BenchmarkPackedSink(b *testing.B) {
 		check []byte
 		lat   []time.Duration
 		gets  int64
+		recv  int64 // response body bytes
 	}
 	cases := []*bcase{
 		{name: "core8M-block", store: coreBlock.store, prep: sink(coreBlock), run: coreRead(coreBlock, 0), check: want},
@@ -261,13 +262,15 @@ func BenchmarkPackedSink(b *testing.B) {
 				if c.prep != nil {
 					c.prep()
 				}
-				before := c.store.RequestCounts()
+				before := c.store.RequestStats()
 				t0 := time.Now()
 				if err := c.run(p); err != nil {
 					b.Fatalf("%s: %v", c.name, err)
 				}
 				c.lat = append(c.lat, time.Since(t0))
-				c.gets += int64(c.store.RequestCounts().Get - before.Get)
+				after := c.store.RequestStats()
+				c.gets += int64(after.Get - before.Get)
+				c.recv += int64(after.BytesReceived - before.BytesReceived)
 				if !bytes.Equal(p, c.check) {
 					b.Fatalf("%s: bytes differ", c.name)
 				}
@@ -279,7 +282,8 @@ func BenchmarkPackedSink(b *testing.B) {
 		slices.Sort(c.lat)
 		ms := func(q float64) float64 { return float64(c.lat[int(q*float64(len(c.lat)-1))].Microseconds()) / 1000 }
 		p50[c.name] = ms(0.5)
-		b.Logf("%-16s p50 %6.2f ms  p99 %6.2f ms  %4.1f GETs/run", c.name, ms(0.5), ms(0.99), float64(c.gets)/float64(len(c.lat)))
+		b.Logf("%-16s p50 %6.2f ms  p99 %6.2f ms  %4.1f GETs/run  %6.0f KiB received/run", c.name, ms(0.5), ms(0.99),
+			float64(c.gets)/float64(len(c.lat)), float64(c.recv)/1024/float64(len(c.lat)))
 		b.ReportMetric(ms(0.5), c.name+"-p50-ms")
 	}
 	for _, r := range [][2]string{{"core8M-pack", "core8M-block"}, {"core8M-pack", "file8M-object"},
