@@ -46,8 +46,10 @@ import (
 //     server, pack or not (versitygw's posix backend sends whole objects
 //     with sendfile, ranges through a buffered copy).
 //
-// It reports each case's p50 and p99 over all rounds, its GETs per run,
-// and the ratios pack/block of the p50s measured in this run.
+// It reports each case's p50 and p99 over all rounds, its GETs and bytes
+// received per run, and the ratios pack/block of the p50s measured in
+// this run. CTXMEM_VERSITYGW_IO_BUFFER sets the server's read buffer
+// (package s3test), on which the cost of a ranged GET depends.
 // Run it with
 //
 //	go test -run '^$' -bench BenchmarkPackedSink -benchtime 1x ./tiering/g4/s3/
@@ -68,6 +70,11 @@ func BenchmarkPackedSink(b *testing.B) {
 		}
 	}
 	srv := s3test.StartServer(b)
+	if v := srv.IOBuffer(); v != "" {
+		b.Logf("versitygw posix --io-buffer-size %s", v)
+	} else {
+		b.Logf("versitygw posix --io-buffer-size: default (1 MiB)")
+	}
 	blocksPerObj := (64 << 20) / bs
 	objs := mib / 64
 	data := benchData(64 << 20)
