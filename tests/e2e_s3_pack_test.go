@@ -21,14 +21,15 @@ import (
 // the blocks go as packs: one object per file here) read back through the
 // mount with one batched GET each (status g4_run_reads); a byte flipped in
 // the middle of a pack makes its file a miss (EIO or ENOENT, then gone),
-// never wrong bytes, and leaves the other files alone; a hung server makes
-// a read fail with EIO within the request deadlines and the file reads
-// again once it answers; after a restart (no CRC table in memory) the
-// packed files read back.
+// never wrong bytes, and leaves the other files alone; a hung or killed
+// server makes a read fail with EIO within the request deadlines and the
+// file reads again once it answers; after a restart of the daemon (no CRC
+// table in memory) the packed files read back.
 func TestE2ES3Packed(t *testing.T) {
 	srv, d := startS3DaemonWith(t, harness.Options{DRAM: "64MiB", G3Size: "256MiB"})
 	ns := d.Namespace()
-	files := []s3File{{"good pack ü+%.kv", 8 << 20}, {"flipped pack.kv", 8 << 20}, {"hung read.kv", 4 << 20}, {"after restart.kv", 8<<20 + 4097}}
+	files := []s3File{{"good pack ü+%.kv", 8 << 20}, {"flipped pack.kv", 8 << 20}, {"hung read.kv", 4 << 20}, {"after restart.kv", 8<<20 + 4097},
+		{"server killed.kv", 4 << 20}}
 	prev := blockObjects(t, srv)
 	packOf := map[string]string{}
 	for _, f := range files {
@@ -111,29 +112,37 @@ func TestE2ES3Packed(t *testing.T) {
 		t.Errorf("status crc_errors rose by %d after a corrupt packed block was read; want >= 1", crc)
 	}
 
-	// The server hung (SIGSTOP): EIO within the deadlines, then the file
-	// reads again once it answers.
-	hung := files[2]
-	if err := srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r = timedRead(60*time.Second, func() ([]byte, error) { return readDirect(filepath.Join(ns, hung.name)) })
-	took := time.Since(start)
-	if err := srv.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("read of %q with the server hung: %v after %v", hung.name, r.err, took.Round(time.Millisecond))
-	if r.hung || !errors.Is(r.err, unix.EIO) {
-		t.Fatalf("read of %q with the server hung: %v (hung %v); want EIO", hung.name, r.err, r.hung)
-	}
-	var last error
-	if !testenv.Poll(30*time.Second, func() bool {
-		r := timedRead(30*time.Second, func() ([]byte, error) { return readDirect(filepath.Join(ns, hung.name)) })
-		last = r.err
-		return r.err == nil && checkPattern(r.data, hung.name, hung.size) == ""
-	}) {
-		t.Fatalf("%q does not read back after the server answers again: %v", hung.name, last)
+	// The server hung (SIGSTOP), then killed (SIGKILL): EIO within the
+	// deadlines, then the file reads again once it answers.
+	for _, c := range []struct {
+		f          s3File
+		what       string
+		stop, back func() error
+	}{
+		{files[2], "hung", srv.Pause, srv.Resume},
+		{files[4], "killed", func() error { srv.Stop(); return nil }, srv.Start},
+	} {
+		if err := c.stop(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r = timedRead(60*time.Second, func() ([]byte, error) { return readDirect(filepath.Join(ns, c.f.name)) })
+		took := time.Since(start)
+		if err := c.back(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("read of %q with the server %s: %v after %v", c.f.name, c.what, r.err, took.Round(time.Millisecond))
+		if r.hung || !errors.Is(r.err, unix.EIO) {
+			t.Fatalf("read of %q with the server %s: %v (hung %v); want EIO", c.f.name, c.what, r.err, r.hung)
+		}
+		var last error
+		if !testenv.Poll(30*time.Second, func() bool {
+			r := timedRead(30*time.Second, func() ([]byte, error) { return readDirect(filepath.Join(ns, c.f.name)) })
+			last = r.err
+			return r.err == nil && checkPattern(r.data, c.f.name, c.f.size) == ""
+		}) {
+			t.Fatalf("%q does not read back after the %s server answers again: %v", c.f.name, c.what, last)
+		}
 	}
 
 	// Restart: the daemon knows the packs from the listing alone.
