@@ -82,10 +82,11 @@ fuzz:
 	GO=$(GO) bash tests/fuzz.sh $(FUZZTIME)
 
 # BENCH_ONLY=fio,nbd runs only those sections of tests/bench/run.sh (and
-# skips the Go benchmarks below); QUICK=1 shortens them (see run.sh).
+# skips the Go benchmarks below); QUICK=1 shortens them (see run.sh). The
+# S3 benchmarks (./tiering/g4/s3) run in run.sh's s3 section only.
 bench: deps-test build
 	@if [ -z "$(BENCH_ONLY)" ]; then set -e; \
-	  $(GO) test -run '^$$' -bench . -benchtime 2s ./heat/... ./tiering/...; \
+	  $(GO) test -run '^$$' -bench . -benchtime 2s $$($(GO) list ./heat/... ./tiering/... | grep -v '/tiering/g4/s3$$'); \
 	  $(GO) test -count=1 -run 'TestMooncake|TestTwoTier' -v ./heat/sim/; \
 	  $(GO) test -run '^$$' -bench . -benchtime 1s ./sidecar/msg/; \
 	fi

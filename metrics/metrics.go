@@ -24,6 +24,7 @@
 //	fuse_request_duration_seconds{op}, nbd_request_duration_seconds{op} histograms (Latencies)
 //	dirty_bytes, dirty_limit_bytes                                       gauges
 //	writer_waits_total, promotions_total                                 counters
+//	g4_run_reads_total, g4_run_blocks_total                              counters
 //	evictions_total{tier}, demotions_total{tier}, dropped_blocks_total{reason} counters
 //	admissions_refused_total, crc_errors_total, objects_lost_total       counters
 //	objects                                                              gauge
@@ -129,6 +130,7 @@ type descs struct {
 	reqs, reqHits, blockReads, blockMisses, blockHits         *prometheus.Desc
 	byteReads, byteHits, hitRatio                             *prometheus.Desc
 	dirty, dirtyLimit, writerWaits, promotions                *prometheus.Desc
+	g4RunReads, g4RunBlocks                                   *prometheus.Desc
 	evictions, demotions, dropped, admRefused, crc, lost, obj *prometheus.Desc
 	build                                                     *prometheus.Desc
 	tierDegraded, tierRecovering, tierFull, storeDegraded     *prometheus.Desc
@@ -174,6 +176,8 @@ func NewCollector(snap SnapshotFunc, version string) *Collector {
 		dirtyLimit:        newDesc("dirty_limit_bytes", "Bound on dirty bytes; writers wait above it."),
 		writerWaits:       newDesc("writer_waits_total", "Writes that waited for the dirty bound."),
 		promotions:        newDesc("promotions_total", "Blocks copied up to G2 on read or prestage."),
+		g4RunReads:        newDesc("g4_run_reads_total", "Batched restores from G4: runs of a pack's blocks brought up to G2 with one request."),
+		g4RunBlocks:       newDesc("g4_run_blocks_total", "Blocks batched G4 restores brought up beside the one a reader or prestage asked for."),
 		evictions:         newDesc("evictions_total", "Blocks that left a tier, by tier.", "tier"),
 		demotions:         newDesc("demotions_total", "Blocks written to a tier by demotion or write-back, by target tier.", "tier"),
 		dropped:           newDesc("dropped_blocks_total", "Blocks dropped, by reason.", "reason"),
@@ -237,7 +241,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.descs
 	for _, x := range []*prometheus.Desc{d.tierUsed, d.tierCap, d.tierBlocks, d.tierHigh, d.tierLow,
 		d.reqs, d.reqHits, d.blockReads, d.blockMisses, d.blockHits, d.byteReads, d.byteHits, d.hitRatio,
-		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.evictions, d.demotions, d.dropped,
+		d.dirty, d.dirtyLimit, d.writerWaits, d.promotions, d.g4RunReads, d.g4RunBlocks, d.evictions, d.demotions, d.dropped,
 		d.admRefused, d.crc, d.lost, d.obj, d.build, d.tierDegraded, d.tierRecovering, d.tierFull, d.storeDegraded, d.tierHealth, d.tierHealthChanges, d.tierRefused,
 		d.ptOn, d.ptOpens, d.fuseReqs, d.gcPending, d.gcDeleted, d.gcFailed,
 		d.g3PutBytes, d.g3CompactedBytes, d.lookupMisses, d.lookupHits, d.nsObjects, d.nsBytes, d.nsQuota,
@@ -364,6 +368,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.dirtyLimit, float64(st.DirtyLimitBytes))
 	counter(d.writerWaits, st.WriterWaits)
 	counter(d.promotions, st.Promotions)
+	counter(d.g4RunReads, st.G4RunReads)
+	counter(d.g4RunBlocks, st.G4RunBlocks)
 	byLabel(d.evictions, st.Evictions)
 	byLabel(d.demotions, st.Demotions)
 	byLabel(d.dropped, st.Dropped)

@@ -65,14 +65,42 @@ func s3URLAt(endpoint, bucket, prefix string) string {
 // and G3 disabled.
 func startS3Daemon(t *testing.T, dram string) (*s3test.Server, *harness.Daemon) {
 	t.Helper()
+	return startS3DaemonWith(t, harness.Options{DRAM: dram, G3Size: "0"})
+}
+
+// startS3DaemonWith is startS3Daemon with opts (G4 set to the server).
+func startS3DaemonWith(t *testing.T, opts harness.Options) (*s3test.Server, *harness.Daemon) {
+	t.Helper()
 	bin := needE2E(t)
 	srv := s3test.StartServer(t)
 	// The harness passes the test's environment to the daemon.
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
-	d := harness.Start(t, bin, harness.Options{DRAM: dram, G3Size: "0", G4: s3URL(srv, srv.Bucket, s3Prefix)})
+	opts.G4 = s3URL(srv, srv.Bucket, s3Prefix)
+	d := harness.Start(t, bin, opts)
 	return srv, d
+}
+
+// flipObjectByte flips byte off of the daemon's object key (relative to
+// the prefix) on the server's disk.
+func flipObjectByte(t *testing.T, srv *s3test.Server, key string, off int64) {
+	t.Helper()
+	p := srv.ObjectPath(s3Prefix + "/" + key)
+	fd, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	b := make([]byte, 1)
+	if _, err := fd.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x5a
+	if _, err := fd.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("flipped byte %d of object %q", off, key)
 }
 
 // s3File is one test file: its bytes are the pattern of its name.
@@ -797,23 +825,7 @@ func TestE2ES3CorruptObject(t *testing.T) {
 		t.Fatalf("no object of block %d of %q in %v", idx, f.name, objsOf[f.name])
 		return ""
 	}
-	flip := func(key string, off int64) {
-		p := srv.ObjectPath(s3Prefix + "/" + key)
-		fd, err := os.OpenFile(p, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fd.Close()
-		b := make([]byte, 1)
-		if _, err := fd.ReadAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		b[0] ^= 0x5a
-		if _, err := fd.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("flipped byte %d of object %q", off, key)
-	}
+	flip := func(key string, off int64) { flipObjectByte(t, srv, key, off) }
 	hdr := int64(64 + len("default"))
 	payloadObj := objectFor(files[0], 2)
 	flip(payloadObj, hdr+12345) // payload of block 2

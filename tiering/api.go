@@ -151,6 +151,11 @@ type Stats struct {
 	Evictions       map[string]int64 `json:"evictions"`    // blocks leaving a tier, by tier
 	Demotions       map[string]int64 `json:"demotions"`    // blocks written to a tier by demotion/write-back, by target tier
 	Promotions      int64            `json:"promotions"`   // blocks copied up to G2 on read or prestage
+	// Batched restores from G4 packs (restore.go): reads of a run of
+	// blocks with one request, and the blocks they brought up beside the
+	// one asked for (counted in Promotions too).
+	G4RunReads  int64 `json:"g4_run_reads"`
+	G4RunBlocks int64 `json:"g4_run_blocks"`
 	// Prestage accounting (prestage.go): blocks prestage copied up to
 	// G2 (and their bytes), of them read before leaving G2 (useful), and
 	// freed unread (wasted, and their bytes).

@@ -49,7 +49,7 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 		boff := int(pos % int64(o.bs))
 		cnt := int(min(int64(o.bs-boff), end-pos))
 		dst := p[n : n+cnt]
-		src, err := s.readBlock(ctx, o, idx, boff, dst)
+		src, err := s.readBlock(ctx, o, idx, boff, dst, pos+int64(cnt) < end)
 		if err != nil {
 			if errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt) {
 				lostErr = fmt.Errorf("block %d: %w", idx, err)
@@ -78,9 +78,9 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 }
 
 // readBlock fills dst with bytes [boff, boff+len(dst)) of block idx and
-// returns the tier index that served it (tiG2 also for holes). o.mu is held
-// for reading.
-func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte) (int, error) {
+// returns the tier index that served it (tiG2 also for holes). more says
+// the read goes on past this block. o.mu is held for reading.
+func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte, more bool) (int, error) {
 	b := o.blocks[idx]
 	if b == nil {
 		if o.awaitG4 {
@@ -95,8 +95,21 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 	if g == nil {
 		blen := o.blockLen(idx)
 		if s.admitG2(r, blen) {
+			// A batched G4 read (restore.go) for a read that looks
+			// sequential (the file's first block, the block before it
+			// in G2, or a read going on past this block; a lone block
+			// read elsewhere costs one block's GET), with room up to
+			// G2's high watermark.
+			room := int64(-1)
+			if more || idx == 0 || o.blocks[idx-1] != nil && o.blocks[idx-1].g2.Load() != nil {
+				room = int64(s.limits().High*float64(s.limits().Bytes)) - s.g2used.Load() - int64(blen)
+			}
+			var ok bool
 			var err error
-			if g, src, err = s.promoteLocked(ctx, o, idx, b); err != nil {
+			if g, src, ok, err = s.promoteRunLocked(ctx, o, idx, room, false); !ok {
+				g, src, err = s.promoteLocked(ctx, o, idx, b)
+			}
+			if err != nil {
 				return 0, err
 			}
 		}
@@ -236,7 +249,14 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if s.g2used.Load()+blen > s.limits().Bytes && !o.pinned {
 		return fmt.Errorf("prestage: G2 full: %w", tier.ErrNoSpace)
 	}
-	g, src, err := s.promoteLocked(ctx, o, idx, b)
+	room := s.limits().Bytes - s.g2used.Load() - blen // a batched G4 read fills G2 up to its budget
+	if o.pinned {
+		room = restoreRunBytes
+	}
+	g, src, ok, err := s.promoteRunLocked(ctx, o, idx, room, true)
+	if !ok {
+		g, src, err = s.promoteLocked(ctx, o, idx, b)
+	}
 	if err != nil {
 		return err
 	}

@@ -110,16 +110,18 @@ func (s *Store) movable(ctx context.Context, id ObjectID) ([]uint32, error) {
 }
 
 // sinkPacked is Sink through G4's PutPack: batches of batch blocks (what
-// fits in one pack object) share one staging buffer for the call.
+// fits in one pack object) share one staging buffer for the call, made
+// when a block needs it (a Sink of a file already in G4 only drops upper
+// copies, and allocates nothing).
 func (s *Store) sinkPacked(ctx context.Context, o *object, idxs []uint32, pk tier.Packer, batch int) (MoveResult, error) {
 	var res MoveResult
-	buf := make([]byte, batch*o.bs)
+	buf := lazyBuf{n: min(batch, len(idxs)) * o.bs}
 	for len(idxs) > 0 {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		n := min(batch, len(idxs))
-		r, err := s.sinkBatch(ctx, o, idxs[:n], pk, buf)
+		r, err := s.sinkBatch(ctx, o, idxs[:n], pk, &buf)
 		res.Moved += r.Moved
 		res.Released += r.Released
 		if err != nil {
@@ -140,17 +142,35 @@ type sinkItem struct {
 	data []byte
 }
 
+// lazyBuf is a staging buffer of n bytes made at its first use.
+type lazyBuf struct {
+	b []byte
+	n int
+}
+
+// get returns the buffer from byte off on, made if need be.
+func (l *lazyBuf) get(off int) []byte {
+	if l.b == nil {
+		l.b = make([]byte, l.n)
+	}
+	return l.b[off:]
+}
+
 // sinkBatch sinks the blocks idxs of o with one PutPack (the busy-span
 // protocol of sinkBlock, for every block of the batch at once); buf holds
 // the batch's bytes.
-func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier.Packer, buf []byte) (MoveResult, error) {
+func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier.Packer, buf *lazyBuf) (MoveResult, error) {
 	var res MoveResult
 	o.mu.Lock()
 	var items []sinkItem
 	var prepErr error
 	off := 0
 	for _, idx := range idxs {
-		it, ok, err := s.sinkPrepLocked(ctx, o, idx, buf[off:])
+		var dst []byte
+		if b := o.blocks[idx]; b != nil && !b.inG4 {
+			dst = buf.get(off) // the block's bytes are to be put
+		}
+		it, ok, err := s.sinkPrepLocked(ctx, o, idx, dst)
 		if err != nil {
 			prepErr = err // put what is prepared, then report it
 			break

@@ -112,23 +112,7 @@ func TestSinkPackFails(t *testing.T) {
 	dir := t.TempDir()
 	open := func() (*tiering.Store, *g3.Store, *g4.Tier) {
 		t.Helper()
-		g3s, err := g3.Open(g3.Options{Dir: filepath.Join(dir, "g3"), SegmentBytes: 1 << 20, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		local, err := g4.NewLocal(filepath.Join(dir, "g4"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t4, err := g4.NewTier(ctx, failPacks{local}, g4.TierOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tiering.Open(ctx, tiering.Config{DataDir: dir, G2Bytes: 2 << 20, G3: g3s, G4: t4, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, g3s, t4
+		return openPacked(t, dir, 2<<20, func(s g4.ObjectStore) g4.ObjectStore { return failPacks{s} })
 	}
 	s, g3s, t4 := open()
 	const bs = 64 << 10

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -653,7 +654,13 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 		return nil, err
 	}
 	var srcs map[uint32]int
-	for idx, b := range o.blocks {
+	idxs := make([]uint32, 0, len(o.blocks))
+	for idx := range o.blocks {
+		idxs = append(idxs, idx)
+	}
+	slices.Sort(idxs) // in order: runs of a G4 pack are read with one request
+	for _, idx := range idxs {
+		b := o.blocks[idx]
 		g := b.g2.Load()
 		if g != nil && g.mf != nil {
 			continue
@@ -661,6 +668,17 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 		blen := o.blockLen(idx)
 		if blen == 0 {
 			continue
+		}
+		if g == nil {
+			if srcs == nil {
+				srcs = make(map[uint32]int)
+			}
+			if err := s.memFileRunLocked(ctx, o, idx, srcs); err != nil {
+				return srcs, err
+			}
+			if g := b.g2.Load(); g != nil && g.mf != nil {
+				continue // brought up by the batched read
+			}
 		}
 		ng, err := s.memBlock(o, idx, blen)
 		if err != nil {
@@ -687,6 +705,50 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 		b.g2.Store(ng)
 	}
 	return srcs, nil
+}
+
+// memFileRunLocked brings block idx of o, whose memory file is made, and
+// the following blocks of its G4 run (restore.go) into the memory file
+// with one batched read, recording their source in srcs, when the block
+// is read as a run; blocks it did not bring up are left to the caller.
+// If the read failed for block idx itself it returns the error, as
+// readLower would have. o.mu held for writing.
+func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, srcs map[uint32]int) error {
+	rr, run := s.g4Run(o, idx, runLimit(o, o.blockLen(idx), restoreRunBytes))
+	if run < 2 {
+		return nil
+	}
+	gs := make([]*g2block, 0, run)
+	bufs := make([][]byte, 0, run)
+	for i := range run {
+		j := idx + uint32(i)
+		ng, err := s.memBlock(o, j, o.blockLen(j))
+		if err != nil {
+			break
+		}
+		gs, bufs = append(gs, ng), append(bufs, ng.buf[:o.blockLen(j)])
+	}
+	good := 0
+	var err error
+	if len(bufs) >= 2 {
+		good, err = s.readG4Run(ctx, rr, o, idx, bufs)
+	}
+	for i, ng := range gs {
+		j := idx + uint32(i)
+		if i >= good {
+			s.unaccountG2(ng, o.pinned)
+			o.mf.punch(ng.off, int64(o.bs))
+			continue
+		}
+		ng.n = o.blockLen(j)
+		s.c.promotions.Add(1)
+		o.blocks[j].g2.Store(ng)
+		srcs[j] = tiG4
+	}
+	if good == 0 && err != nil {
+		return err // block idx: as readLower would have failed
+	}
+	return ctx.Err()
 }
 
 // holdResidentLocked takes o's G2 blocks out of the eviction order (the

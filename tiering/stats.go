@@ -36,6 +36,9 @@ type counters struct {
 	writerWaits                   atomic.Int64
 	evictions, demotions          [nTiers]atomic.Int64
 	promotions                    atomic.Int64
+	// Batched G4 restores (restore.go): reads, and the blocks they
+	// brought up beside the one asked for.
+	g4RunReads, g4RunBlocks atomic.Int64
 	// Prestage accounting (prestage.go).
 	prestaged, prestagedBytes      atomic.Int64
 	prestageUseful, prestageWasted atomic.Int64

@@ -942,6 +942,7 @@ func (s *Store) Stats() Stats {
 		WriterWaits: s.c.writerWaits.Load(),
 		Evictions:   tierMap(&s.c.evictions), Demotions: tierMap(&s.c.demotions),
 		Promotions: s.c.promotions.Load(), AdmissionsDenied: s.c.admissionsDenied.Load(),
+		G4RunReads: s.c.g4RunReads.Load(), G4RunBlocks: s.c.g4RunBlocks.Load(),
 		Prestaged: s.c.prestaged.Load(), PrestagedBytes: s.c.prestagedBytes.Load(),
 		PrestageUseful: s.c.prestageUseful.Load(), PrestageWasted: s.c.prestageWasted.Load(),
 		PrestageWastedBytes: s.c.prestageWastedBytes.Load(),

@@ -119,6 +119,9 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)
+	if s.G4RunReads > 0 {
+		fmt.Fprintf(tw, "G4 run reads\t%d (%d blocks brought up beside the one asked for)\n", s.G4RunReads, s.G4RunBlocks)
+	}
 	if s.Prestaged > 0 {
 		useful := 100 * float64(s.PrestageUseful) / float64(s.Prestaged)
 		demand := max(s.Promotions-s.Prestaged, 0)

@@ -117,7 +117,15 @@ fi
 
 if want s3; then
 	section "G4 on S3: tier vs bare minio-go on one versitygw, restore latency of an 8 MiB file"
-	PATH="$(go env GOPATH)/bin:$PATH" locked go test -run '^$' -bench . -benchtime 50x ./tiering/g4/s3/ 2>&1 | grep -E '^(Benchmark|ok|\s)'
+	PATH="$(go env GOPATH)/bin:$PATH" locked go test -run '^$' -bench 'BenchmarkThroughput|BenchmarkRestoreLayouts' -benchtime 50x ./tiering/g4/s3/ 2>&1 | grep -E '^(Benchmark|ok|\s)'
+	section "G4 packs vs one object per block on one versitygw (issue 15): PUTs/GiB, 8 MiB file restored through the core, one 256 KiB block, interleaved rounds"
+	pack_env=()
+	[[ $QUICK == 1 ]] && pack_env=(CTXMEM_PACK_BENCH_MIB=256 CTXMEM_PACK_BENCH_ROUNDS=2)
+	# Twice: versitygw's default read buffer (1 MiB, allocated per ranged
+	# GET), then 64 KiB (package s3test, CTXMEM_VERSITYGW_IO_BUFFER).
+	for iobuf in "" 65536; do
+		PATH="$(go env GOPATH)/bin:$PATH" locked env "${pack_env[@]}" CTXMEM_VERSITYGW_IO_BUFFER=$iobuf go test -count=1 -run '^$' -bench BenchmarkPackedSink -benchtime 1x -v ./tiering/g4/s3/ 2>&1 | grep -E '^(ok|FAIL|\s+pack_bench_test)'
+	done
 fi
 
 if want cp; then

@@ -26,7 +26,39 @@ const (
 	MaxPackSize = 256 << 20
 )
 
-var _ tier.Packer = (*Tier)(nil)
+var (
+	_ tier.Packer    = (*Tier)(nil)
+	_ tier.RunReader = (*Tier)(nil)
+)
+
+// ReadRun implements tier.RunReader: 1 + how many of the keys following
+// k (k.Index+1, ...) are live members of the pack object that holds k,
+// at most limit in all; 1 when k has an object of its own, 0 when the
+// index does not know k. It asks the index only (no backend call).
+func (t *Tier) ReadRun(k tier.Key, limit int) int {
+	e, ok := t.idx.entry(k)
+	if !ok || limit < 1 {
+		return 0
+	}
+	if e.pk == nil {
+		return 1
+	}
+	pk := e.pk
+	n := 1
+	for n < limit {
+		next := k
+		next.Index += uint32(n)
+		if next.Index < k.Index { // wrapped
+			break
+		}
+		f, ok := t.idx.entry(next)
+		if _, in := pk.ref.member(next); !ok || f.pk != pk || !in {
+			break
+		}
+		n++
+	}
+	return n
+}
 
 // PackBlocks implements tier.Packer: how many blocks of blockSize bytes
 // of namespace ns fit in one pack object of at most PackSize bytes, header

@@ -478,3 +478,34 @@ func TestPackKeepsOldCopyUntilDurable(t *testing.T) {
 	tr = openTier(t, newLocal(t, dir), g4.TierOptions{})
 	checkBlocks(t, tr, append(keys[:2:2], keys[2]), append(blocks[:2:2], old))
 }
+
+// TestReadRun: ReadRun counts the live members of k's pack from k on (at
+// most its limit), 1 for a block with an object of its own, 0 for an
+// unknown key; a member deleted or stored elsewhere ends the run.
+func TestReadRun(t *testing.T) {
+	tr := openTier(t, newLocal(t, t.TempDir()), g4.TierOptions{})
+	keys, blocks := packRun(1, 0, 8, 4096, 4096, 8)
+	mustPutPack(t, tr, keys, blocks)
+	mustPutBlock(t, tr, key(2, 0), storetest.Data(1, 4096))
+	for _, c := range []struct {
+		k          tier.Key
+		limit, run int
+	}{
+		{keys[0], 100, 8}, {keys[0], 3, 3}, {keys[5], 100, 3}, {keys[7], 100, 1}, {keys[0], 0, 0},
+		{key(2, 0), 100, 1}, {key(3, 0), 100, 0},
+	} {
+		if got := tr.ReadRun(c.k, c.limit); got != c.run {
+			t.Errorf("ReadRun(%v, %d) = %d; want %d", c.k, c.limit, got, c.run)
+		}
+	}
+	must(t, tr.Delete(bg, keys[3]))
+	mustPutBlock(t, tr, keys[6], storetest.Data(2, 4096))
+	for _, c := range []struct {
+		k   tier.Key
+		run int
+	}{{keys[0], 3}, {keys[3], 0}, {keys[4], 2}, {keys[6], 1}, {keys[7], 1}} {
+		if got := tr.ReadRun(c.k, 100); got != c.run {
+			t.Errorf("after a delete and a put: ReadRun(%v) = %d; want %d", c.k, got, c.run)
+		}
+	}
+}

@@ -240,3 +240,20 @@ type Requests struct {
 type RequestCounter interface {
 	Requests() Requests
 }
+
+// RunReader is implemented by tiers that read a run of consecutive blocks
+// of one object generation with one backend request (G4: the members of
+// one pack object, one ranged GET), so a restore of a file does not cost
+// one request per block. ReadRun returns how many of the blocks k, k+1,
+// ... (same namespace, object and generation, consecutive indexes), at
+// most limit, one GetBlocks reads with one request: at least 1 when the
+// tier holds k, 0 when it does not know k. GetBlocks reads keys[i] into
+// bufs[i] (each at least as long as the block) and returns each block's
+// length, every byte verified against the block's CRC32C; it stops at the
+// first error, returned with the lengths of the keys read before it (the
+// rest are 0): a block that fails its checksum is quarantined, as by Get,
+// and the error wraps ErrCorrupt.
+type RunReader interface {
+	ReadRun(k Key, limit int) int
+	GetBlocks(ctx context.Context, keys []Key, bufs [][]byte) ([]int, error)
+}

@@ -21,6 +21,11 @@ const LifecycleRuleID = "ctxmem-g4-expiry"
 // ErrNotSupported when the server does not implement bucket lifecycle (as
 // versitygw's posix backend), ErrAccessDenied and tier.ErrUnavailable as
 // for the store's calls, an error for days < 0.
+//
+// The daemon does not install it: the rule covers every object under the
+// prefix, the blocks of NBD exports too, which the sweeper never expires
+// (tier.Retainer); a rule that spares them needs the other objects tagged
+// at upload and a tag filter.
 func (s *Store) SetLifecycleTTL(ctx context.Context, days int) error {
 	if days < 0 {
 		return fmt.Errorf("s3 lifecycle: negative TTL of %d days", days)

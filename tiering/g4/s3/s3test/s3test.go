@@ -13,6 +13,13 @@
 //
 // When it is missing, StartServer skips the test, or fails it if
 // CTXMEM_REQUIRE_TOOLS=1 (CI).
+//
+// CTXMEM_VERSITYGW_IO_BUFFER=N passes --io-buffer-size N to the posix
+// backend (its default is 1 MiB). It matters for ranged GETs: versitygw
+// sends a whole object with sendfile, but a range through a buffer of
+// that size allocated per request, which costs a 256 KiB range about
+// twice a whole 256 KiB object (BenchmarkPackedSink; 64 KiB brings it
+// near 1x).
 package s3test
 
 import (
@@ -49,6 +56,10 @@ const (
 	readyTimeout = 30 * time.Second
 )
 
+// IOBuffer returns the posix backend's --io-buffer-size (bytes) the
+// server runs with, "" for versitygw's default (1 MiB).
+func (s *Server) IOBuffer() string { return s.ioBuffer }
+
 // Server is one versitygw process. Its fields are fixed for its lifetime;
 // Stop, Start, Pause and Resume may be called from the test goroutine in
 // any order.
@@ -63,11 +74,12 @@ type Server struct {
 	// plain HTTP.
 	CAFile string
 
-	bin     string
-	cert    string // server certificate and key files (HTTPS only)
-	key     string
-	logPath string
-	tb      testing.TB
+	bin      string
+	ioBuffer string // --io-buffer-size of the posix backend; "" for its default
+	cert     string // server certificate and key files (HTTPS only)
+	key      string
+	logPath  string
+	tb       testing.TB
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -133,6 +145,12 @@ func start(tb testing.TB, tls bool) *Server {
 	s := &Server{
 		AccessKey: AccessKey, SecretKey: SecretKey, Bucket: Bucket,
 		Dir: filepath.Join(root, "data"), bin: bin, logPath: filepath.Join(root, "versitygw.log"), tb: tb,
+	}
+	if v := os.Getenv("CTXMEM_VERSITYGW_IO_BUFFER"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n <= 0 {
+			tb.Fatalf("s3test: CTXMEM_VERSITYGW_IO_BUFFER=%q: want a number of bytes > 0", v)
+		}
+		s.ioBuffer = v
 	}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		tb.Fatal(err)
@@ -203,7 +221,11 @@ func (s *Server) Start() error {
 	if s.cert != "" {
 		args = append(args, "--cert", s.cert, "--key", s.key)
 	}
-	cmd := exec.Command(s.bin, append(args, "posix", s.Dir)...)
+	args = append(args, "posix")
+	if s.ioBuffer != "" {
+		args = append(args, "--io-buffer-size", s.ioBuffer)
+	}
+	cmd := exec.Command(s.bin, append(args, s.Dir)...)
 	// A minimal environment: no VGW_* or ROOT_* settings of the caller leak in.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(s.Dir)}
 	cmd.Stdout, cmd.Stderr = logf, logf
