@@ -266,6 +266,10 @@ type Export struct {
 	BlockSize int
 	// ReadOnly exports refuse writes, trims and write-zeroes (EPERM).
 	ReadOnly bool
+	// Namespace, when set, names the configured namespace whose quota
+	// (quota_bytes) the export's whole Size counts against, as its files
+	// do; "" counts it against none.
+	Namespace string
 }
 
 // Source reports which layer set the option named by its YAML key

@@ -469,3 +469,29 @@ func TestYAMLExports(t *testing.T) {
 		}
 	}
 }
+
+// TestExportsInANamespace: exports[].namespace must name a configured
+// namespace, and the exports of a namespace with a quota must fit it.
+func TestExportsInANamespace(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	const nss = "namespaces:\n  - name: kv\n    quota: 64MiB\n  - name: free\n"
+	os.WriteFile(p, []byte(nss+"exports:\n  - name: a\n    size: 32MiB\n    namespace: kv\n  - name: b\n    size: 32MiB\n    namespace: kv\n  - name: c\n    size: 1GiB\n    namespace: free\n"), 0o644)
+	c, err := Load(Inputs{File: p, FileExplicit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Exports[0].Namespace != "kv" || c.Exports[2].Namespace != "free" {
+		t.Fatalf("exports %+v", c.Exports)
+	}
+	for bad, want := range map[string]string{
+		nss + "exports:\n  - name: a\n    size: 48MiB\n    namespace: kv\n  - name: b\n    size: 32MiB\n    namespace: kv\n": "more than its quota",
+		nss + "exports:\n  - name: a\n    size: 1MiB\n    namespace: nope\n":                                                 "not a configured namespace",
+	} {
+		os.WriteFile(p, []byte(bad), 0o644)
+		_, err := Load(Inputs{File: p, FileExplicit: true})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error saying %q", bad, err, want)
+		}
+	}
+}

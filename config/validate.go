@@ -239,6 +239,32 @@ func (c Config) Validate() error {
 			bad(key, "kv_layout of namespace %q: %v", ns.Name, err)
 		}
 	}
+	// An export counted in a namespace needs that namespace, and the
+	// exports of a namespace with a quota must fit it together (its files
+	// then share what is left).
+	quota := map[string]int64{}
+	for _, ns := range c.Namespaces {
+		quota[ns.Name] = ns.Quota
+	}
+	if len(c.Namespaces) == 0 {
+		quota["default"] = 0 // the implicit namespace, without a quota
+	}
+	inNS := map[string]int64{}
+	for i, e := range c.Exports {
+		if e.Namespace == "" {
+			continue
+		}
+		if _, ok := quota[e.Namespace]; !ok {
+			bad(fmt.Sprintf("exports[%d]", i), "namespace %q of export %q is not a configured namespace", e.Namespace, e.Name)
+			continue
+		}
+		inNS[e.Namespace] += e.Size
+	}
+	for ns, sum := range inNS {
+		if q := quota[ns]; q > 0 && sum > q {
+			bad("exports", "the exports counted in namespace %q need %s, more than its quota of %s", ns, FormatSize(sum), FormatSize(q))
+		}
+	}
 	return errors.Join(errs...)
 }
 

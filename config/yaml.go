@@ -293,7 +293,7 @@ func editDistance(a, b string) int {
 }
 
 // exportKeys are the keys an exports: entry may have.
-func exportKeys() []string { return []string{"name", "size", "block_size", "read_only"} }
+func exportKeys() []string { return []string{"name", "size", "block_size", "read_only", "namespace"} }
 
 // parseExports decodes the exports: list (NBD exports).
 func parseExports(file string, n *yaml.Node) ([]Export, error) {
@@ -329,6 +329,8 @@ func parseExports(file string, n *yaml.Node) ([]Export, error) {
 				} else {
 					ex.BlockSize = int(b)
 				}
+			case "namespace":
+				ex.Namespace = strings.TrimSpace(val)
 			case "read_only":
 				b, err := strconv.ParseBool(strings.TrimSpace(val))
 				if err != nil {

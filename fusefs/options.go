@@ -68,6 +68,11 @@ type Namespace struct {
 	// files, open-but-unlinked ones included; a write or extension past it
 	// fails with EDQUOT. 0 means no quota.
 	QuotaBytes int64
+	// Quota is the namespace's usage accounting when it is shared with
+	// another front end (NBD exports counted in the namespace reserve
+	// their size in it); its Limit must be QuotaBytes. nil: the mount
+	// keeps its own.
+	Quota *catalog.Quota
 	// BlockSize is the object block size in bytes: a power of two from
 	// 4 KiB to 4 MiB; 0 means DefaultBlockSize.
 	BlockSize int

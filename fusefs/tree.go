@@ -39,16 +39,18 @@ var _ = [1]struct{}{}[rootIno-catalog.RootIno]
 type namespace struct {
 	cfg  Namespace
 	root *node
-	catalog.Quota
+	*catalog.Quota
 	// lk counts the namespace's KV lookups (lookups.go).
 	lk lookupCounts
 }
 
 // newNamespace returns the accounting of namespace cfg, nothing used yet.
 func newNamespace(cfg Namespace) *namespace {
-	ns := &namespace{cfg: cfg}
-	ns.Limit = cfg.QuotaBytes
-	return ns
+	q := cfg.Quota
+	if q == nil {
+		q = &catalog.Quota{Limit: cfg.QuotaBytes}
+	}
+	return &namespace{cfg: cfg, Quota: q}
 }
 
 // allocBytes is the space a file of size bytes is charged in statfs: its

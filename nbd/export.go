@@ -78,6 +78,12 @@ type Export struct {
 	// Namespace is the tiering namespace of the backing object (default
 	// DefaultNamespace).
 	Namespace string
+	// Quota, when set, is the usage accounting (a catalog namespace's,
+	// shared with the FUSE mount) that the export's whole Size is
+	// reserved in while it is served: NewServer fails when it does not
+	// fit. QuotaName names it in errors.
+	Quota     *catalog.Quota
+	QuotaName string
 	// Size of the export in bytes: a positive multiple of MinBlockSize.
 	// Growing an existing export keeps its bytes; shrinking one is refused
 	// (NewServer fails) so that a config typo cannot cut a device.

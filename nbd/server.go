@@ -159,6 +159,15 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 	if err != nil {
 		return nil, err
 	}
+	var reserved []Export // quota reservations to give back if NewServer fails
+	defer func() {
+		if reserved != nil {
+			for _, e := range reserved {
+				e.Quota.Adjust(-e.Size)
+				e.Quota.AddAlloc(-e.Size)
+			}
+		}
+	}()
 	for _, cfg := range exports {
 		e, err := cfg.withDefaults()
 		if err != nil {
@@ -166,6 +175,16 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 		}
 		if _, dup := s.byName[e.Name]; dup {
 			return nil, fmt.Errorf("nbd: export %q declared twice", e.Name)
+		}
+		if e.Quota != nil {
+			// Before the object exists: an export that does not fit is
+			// not created.
+			if !e.Quota.Reserve(e.Size) {
+				return nil, fmt.Errorf("nbd: export %q: %w: its %d bytes do not fit namespace %q's quota (%d of %d bytes used)",
+					e.Name, ErrQuota, e.Size, e.QuotaName, e.Quota.Used(), e.Quota.Limit)
+			}
+			e.Quota.AddAlloc(e.Size)
+			reserved = append(reserved, e)
 		}
 		x, created, err := s.bind(ctx, e, &doc)
 		if err != nil {
@@ -193,8 +212,13 @@ func NewServer(ctx context.Context, be Backend, exports []Export, opts Options) 
 		s.byName[x.Name] = x
 	}
 	s.deleteOrphans(ctx, doc)
+	reserved = nil // served: the reservations stand
 	return s, nil
 }
+
+// ErrQuota is returned (wrapped) by NewServer for an export whose size
+// does not fit its namespace's quota.
+var ErrQuota = errors.New("quota exceeded")
 
 // bind finds or creates the object of e; created reports a new object
 // (doc updated, not yet saved).

@@ -51,6 +51,10 @@ type daemon struct {
 	g4      *g4.Tier
 	store   *tiering.Store
 	fuse    *fusefs.Server
+	// quotas is the usage accounting of each namespace by name, shared by
+	// the mount and the NBD exports counted in it (quota); made during
+	// open, before the front ends.
+	quotas map[string]*catalog.Quota
 	// names is the catalog's name service on the mount's tree (nil until
 	// mounted): what the sidecar, admin, fsck and KV events resolve
 	// objects and paths with.
@@ -305,7 +309,7 @@ func (d *daemon) open(ctx context.Context) error {
 		ObserveLatency:    d.lat.ObserveFUSE,
 		Curves:            d.curves,
 		RestoreBudget:     d.restoreBudget,
-		Namespaces:        fuseNamespaces(cfg),
+		Namespaces:        d.fuseNamespaces(),
 		TreePath:          filepath.Join(cfg.DataDir, "tree.db"),
 		Remote:            d.remote(),
 		Logger:            d.log.With("component", "fuse"),
@@ -381,7 +385,11 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 	if len(d.cfg.Exports) > 0 {
 		exports = exports[:0]
 		for _, e := range d.cfg.Exports {
-			exports = append(exports, nbd.Export{Name: e.Name, Size: e.Size, BlockSize: e.BlockSize, ReadOnly: e.ReadOnly})
+			x := nbd.Export{Name: e.Name, Size: e.Size, BlockSize: e.BlockSize, ReadOnly: e.ReadOnly}
+			if e.Namespace != "" {
+				x.Quota, x.QuotaName = d.quota(e.Namespace), e.Namespace
+			}
+			exports = append(exports, x)
 		}
 	}
 	// Every listener first, so that a busy second address leaves no
@@ -547,6 +555,38 @@ func (d *daemon) close() error {
 		cancel()
 	}
 	return errors.Join(errs...)
+}
+
+// fuseNamespaces are the configured namespaces (or the default one) for
+// the mount, each with the usage accounting NBD exports counted in it
+// share (quota).
+func (d *daemon) fuseNamespaces() []fusefs.Namespace {
+	nss := fuseNamespaces(d.cfg)
+	for i := range nss {
+		nss[i].Quota = d.quota(nss[i].Name)
+	}
+	return nss
+}
+
+// quota returns the usage accounting of configured namespace name, made
+// on first use with the namespace's quota as its limit: one per
+// namespace, shared by the mount's files and the NBD exports counted in
+// it (config.Export.Namespace).
+func (d *daemon) quota(name string) *catalog.Quota {
+	if q, ok := d.quotas[name]; ok {
+		return q
+	}
+	q := &catalog.Quota{}
+	for _, ns := range d.cfg.Namespaces {
+		if ns.Name == name {
+			q.Limit = ns.Quota
+		}
+	}
+	if d.quotas == nil {
+		d.quotas = map[string]*catalog.Quota{}
+	}
+	d.quotas[name] = q
+	return q
 }
 
 func fuseNamespaces(cfg config.Config) []fusefs.Namespace {
