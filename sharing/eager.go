@@ -20,11 +20,17 @@ import (
 // its last writer closed it and every block is written back, so the pool
 // copy is of complete bytes that are durable here too). A file still open
 // for writing is never shared eagerly: another host would import a prefix
-// of it. Admission stays by room: nothing is shared while the pool tier is
-// above eagerHigh of its capacity (its reclaim frees the oldest extents;
-// the scheduler's value-based shares go on).
+// of it. Admission stays by room, and leaves room for the other hosts:
+// nothing is shared eagerly while this host maps more than eagerHigh of
+// the pool's capacity, or holds leases on eagerHostShare of its extents or
+// more. Without that second bound one host writing KV fast leased every
+// extent the pool's reclaim freed, and another host could not share the
+// file a third one asked for (TestE2EPoolFaults' restart step with eager
+// sharing, 2 runs in 4 under load). The scheduler's value-based shares
+// are not bounded by it.
 const (
-	eagerHigh  = 0.9
+	eagerHigh      = 0.9
+	eagerHostShare = 0.5
 	eagerQueue = 4096 // stored files waiting for their share (more are dropped, counted)
 	// eagerWorkers share concurrently: one share waits for a pool write
 	// and an index publish on the bus, and files are stored in bursts.
@@ -83,7 +89,7 @@ func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID)
 		s.eager.skipped.Add(1)
 		return
 	}
-	if u := s.cfg.Tier.Usage(); u.CapacityBytes > 0 && float64(u.UsedBytes) > eagerHigh*float64(u.CapacityBytes) {
+	if !s.eagerRoom() {
 		s.eager.skipped.Add(1)
 		return
 	}
@@ -97,4 +103,23 @@ func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID)
 		return
 	}
 	s.eager.shared.Add(1)
+}
+
+// eagerRoom reports whether the pool has room for an eager share from
+// this host (see eagerHigh and eagerHostShare).
+func (s *Sharer) eagerRoom() bool {
+	t := s.cfg.Tier
+	u := t.Usage()
+	if u.CapacityBytes <= 0 {
+		return true
+	}
+	if float64(u.UsedBytes) > eagerHigh*float64(u.CapacityBytes) {
+		return false
+	}
+	if es := t.ExtentSize(); es > 0 {
+		if w := t.Writer(); w != nil && float64(len(w.Leases())) >= eagerHostShare*float64(u.CapacityBytes/es) {
+			return false
+		}
+	}
+	return true
 }
