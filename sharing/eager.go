@@ -31,7 +31,7 @@ import (
 const (
 	eagerHigh      = 0.9
 	eagerHostShare = 0.5
-	eagerQueue = 4096 // stored files waiting for their share (more are dropped, counted)
+	eagerQueue     = 4096 // stored files waiting for their share (more are dropped, counted)
 	// eagerWorkers share concurrently: one share waits for a pool write
 	// and an index publish on the bus, and files are stored in bursts.
 	eagerWorkers = 4
