@@ -154,6 +154,16 @@ func BenchmarkAdaptiveDecision(b *testing.B) {
 	benchDecision(b, p)
 }
 
+// BenchmarkDecayDecision is BenchmarkAdaptiveDecision for the default
+// Policy (OrderDecay), for comparison.
+func BenchmarkDecayDecision(b *testing.B) {
+	p, err := NewPolicy[uint64](PolicyConfig{Capacity: decisionKeys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecision(b, p)
+}
+
 // BenchmarkDensityDecision is BenchmarkAdaptiveDecision for DensityPolicy
 // (with the depth feature).
 func BenchmarkDensityDecision(b *testing.B) {

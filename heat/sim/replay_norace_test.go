@@ -208,8 +208,8 @@ func TestDensityRobust(t *testing.T) {
 func TestDensityMooncake(t *testing.T) {
 	tr := loadMooncake(t)
 	want := map[string][]float64{
-		"density":           {0.1652, 0.2319, 0.2953},
-		"density:depth=off": {0.1502, 0.2291, 0.2952},
+		"density":           {0.1660, 0.2316, 0.2952},
+		"density:depth=off": {0.1500, 0.2282, 0.2949},
 	}
 	for p, w := range want {
 		for i, c := range DefaultCapacities() {
