@@ -125,6 +125,10 @@ type Config struct {
 	// file sunk to G4 is stored as runs of its blocks of up to this size,
 	// one object each; 0 = one object per block.
 	G4PackSize int64
+	// G2Policy is G2's eviction policy: "decay" (LRFU with TinyLFU
+	// admission), "adaptive" (decay or LRU, whichever hits more on shadow
+	// caches) or "density" (learned hit density per class).
+	G2Policy string
 	// HeatHalfLife is the heat-score decay half-life.
 	HeatHalfLife time.Duration
 	// ColdThreshold and WarmThreshold split heat scores (0–100) into cold

@@ -68,7 +68,7 @@ func TestDefaults(t *testing.T) {
 		DRAM: 1 << 30, DRAMHigh: 0.90, DRAMLow: 0.75, DirtyBytes: 256 << 20, BlockSize: 256 << 10,
 		G3Dir: filepath.Join(dir, DevRoot, "data", "g3"), G3Size: 10 << 30, G3SegmentSize: 32 << 20,
 		G3High: 0.9, G3Low: 0.75, G4: "file://" + filepath.Join(dir, DevRoot, "data", "g4"),
-		G4TTL: 72 * time.Hour, HeatHalfLife: 60 * time.Second, ColdThreshold: 30, WarmThreshold: 60,
+		G4TTL: 72 * time.Hour, G2Policy: "decay", HeatHalfLife: 60 * time.Second, ColdThreshold: 30, WarmThreshold: 60,
 		Admin: filepath.Join(dir, DevRoot, "data", "admin.sock"), Metrics: "127.0.0.1:9464", LogLevel: "info",
 	}
 	c.sources = nil
@@ -104,7 +104,7 @@ func equalConfig(a, b Config) bool {
 		a.DRAMLow == b.DRAMLow && a.DirtyBytes == b.DirtyBytes && a.BlockSize == b.BlockSize &&
 		a.G3Dir == b.G3Dir && a.G3Size == b.G3Size && a.G3SegmentSize == b.G3SegmentSize &&
 		a.G3High == b.G3High && a.G3Low == b.G3Low && a.G4 == b.G4 && a.G4TTL == b.G4TTL &&
-		a.HeatHalfLife == b.HeatHalfLife && a.ColdThreshold == b.ColdThreshold &&
+		a.G2Policy == b.G2Policy && a.HeatHalfLife == b.HeatHalfLife && a.ColdThreshold == b.ColdThreshold &&
 		a.WarmThreshold == b.WarmThreshold && a.Admin == b.Admin && a.Metrics == b.Metrics &&
 		a.LogLevel == b.LogLevel && a.File == b.File
 }

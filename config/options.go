@@ -120,6 +120,8 @@ func table() []Option {
 			setCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles })),
 		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once; a block rewritten in place (NBD random writes) is held 100x this after its first write, and past half of dirty_bytes the oldest are stored first (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay }), getDuration(func(c *Config) *time.Duration { return &c.WriteBackDelay })),
+		opt("g2_policy", "decay", "G2 eviction policy: decay (decayed reference count with TinyLFU admission), adaptive (decay or LRU, whichever hits more on sampled shadow caches) or density (evicts the lowest hit density learned per class of reference count and block index, never more than 0.002 below LRU or ARC on ctxmemd sim's synthetic traces); see docs/tiering.md",
+			setString(func(c *Config) *string { return &c.G2Policy }), getString(func(c *Config) *string { return &c.G2Policy })),
 		opt("heat_half_life", "60s", "half-life of the block heat score",
 			setDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife }), getDuration(func(c *Config) *time.Duration { return &c.HeatHalfLife })),
 		opt("cold_threshold", "30", "heat score (0-100) under which a block is cold",

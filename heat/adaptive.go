@@ -103,21 +103,27 @@ func (p *AdaptivePolicy[K]) Leader() Order {
 }
 
 // shadow replays one reference of the sampled key h through a shadow
-// cache of p.shCap keys as the simulator drives a Policy, and reports a
-// hit.
+// cache of p.shCap keys, and reports a hit.
 func (p *AdaptivePolicy[K]) shadow(s *Policy[uint64], h uint64, now time.Time) bool {
-	if s.Access(h, h, now) {
+	return replayRef(s, h, h, p.shCap, now)
+}
+
+// replayRef makes one reference to k (hash h) as the simulator and the
+// core drive a Placer holding at most capacity keys: Access, and on a miss
+// ShouldAdmit, Victim and Remove when full, then Insert. It reports a hit.
+func replayRef[K comparable](p Placer[K], k K, h uint64, capacity int, now time.Time) bool {
+	if p.Access(k, h, now) {
 		return true
 	}
-	if s.Len() >= p.shCap {
-		if !s.ShouldAdmit(h, now) {
+	if p.Len() >= capacity {
+		if !p.ShouldAdmit(h, now) {
 			return false
 		}
-		if v, ok := s.Victim(); ok {
-			s.Remove(v)
+		if v, ok := p.Victim(); ok {
+			p.Remove(v)
 		}
 	}
-	s.Insert(h, h, now)
+	p.Insert(k, h, now)
 	return false
 }
 

@@ -147,11 +147,40 @@ func BenchmarkPolicyCycle(b *testing.B) {
 // reference and, for 1 key in 8, the shadow replay), ShouldAdmit, Victim,
 // Remove and Insert, at 100,000 resident keys over a 10x larger key space.
 func BenchmarkAdaptiveDecision(b *testing.B) {
-	const n = 100000
-	p, err := NewAdaptivePolicy[uint64](PolicyConfig{Capacity: n})
+	p, err := NewAdaptivePolicy[uint64](PolicyConfig{Capacity: decisionKeys})
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchDecision(b, p)
+}
+
+// BenchmarkDecayDecision is BenchmarkAdaptiveDecision for the default
+// Policy (OrderDecay), for comparison.
+func BenchmarkDecayDecision(b *testing.B) {
+	p, err := NewPolicy[uint64](PolicyConfig{Capacity: decisionKeys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecision(b, p)
+}
+
+// BenchmarkDensityDecision is BenchmarkAdaptiveDecision for DensityPolicy
+// (with the depth feature).
+func BenchmarkDensityDecision(b *testing.B) {
+	p, err := NewDensityPolicy[uint64](PolicyConfig{Capacity: decisionKeys}, func(k uint64) int { return int(k % 40) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecision(b, p)
+}
+
+// decisionKeys is the resident count of the Decision benchmarks.
+const decisionKeys = 100000
+
+// benchDecision fills p with decisionKeys keys, then times references to
+// a 10x larger key space (a miss in nine cases of ten).
+func benchDecision(b *testing.B, p Placer[uint64]) {
+	const n = decisionKeys
 	now := time.Unix(0, 0)
 	for i := range uint64(n) {
 		p.Access(i, Mix64(i), now)
@@ -162,16 +191,44 @@ func BenchmarkAdaptiveDecision(b *testing.B) {
 	for i := range b.N {
 		k := uint64(n + i%(9*n))
 		now = now.Add(time.Millisecond)
-		h := Mix64(k)
-		if p.Access(k, h, now) {
-			continue
-		}
-		if p.ShouldAdmit(h, now) {
-			if v, ok := p.Victim(); ok {
-				p.Remove(v)
-			}
-			p.Insert(k, h, now)
-		}
+		replayRef(p, k, Mix64(k), n, now)
 	}
 	done()
+}
+
+// BenchmarkStatePerBlock reports each policy's heap bytes per resident
+// block once full (100,000 blocks with uint64 keys, ghosts included).
+func BenchmarkStatePerBlock(b *testing.B) {
+	const n = 100000
+	cases := []struct {
+		name string
+		mk   func() Placer[uint64]
+	}{
+		{"decay", func() Placer[uint64] { p, _ := NewPolicy[uint64](PolicyConfig{Capacity: n}); return p }},
+		{"adaptive", func() Placer[uint64] { p, _ := NewAdaptivePolicy[uint64](PolicyConfig{Capacity: n}); return p }},
+		{"density", func() Placer[uint64] {
+			p, _ := NewDensityPolicy[uint64](PolicyConfig{Capacity: n}, func(k uint64) int { return int(k % 40) })
+			return p
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var per float64
+			for range b.N {
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				p := c.mk()
+				now := time.Unix(0, 0)
+				for i := range uint64(3 * n) { // fill, then evict n blocks into the ghosts
+					drive(p, i, n, now)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				per = float64(m1.HeapAlloc-m0.HeapAlloc) / n
+				runtime.KeepAlive(p)
+			}
+			b.ReportMetric(per, "bytes/block")
+		})
+	}
 }

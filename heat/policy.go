@@ -112,6 +112,20 @@ func (c *PolicyConfig) fill() error {
 	return nil
 }
 
+// Placer is the placement protocol the tiering core drives (see the
+// package documentation) and that Policy, AdaptivePolicy and
+// DensityPolicy implement.
+type Placer[K comparable] interface {
+	Access(k K, h uint64, now time.Time) bool
+	ShouldAdmit(h uint64, now time.Time) bool
+	Insert(k K, h uint64, now time.Time)
+	Victim() (K, bool)
+	Remove(k K) bool
+	Contains(k K) bool
+	Len() int
+	PredictReuse(h uint64) bool
+}
+
 // Policy ranks the blocks resident in one tier for eviction and decides
 // admission. It combines an eviction order (OrderDecay by default, or
 // LRU-2, or LRU) with a TinyLFU Sketch that remembers reference counts of

@@ -8,15 +8,15 @@ import (
 )
 
 // placement bundles the heat package's pieces the core runs for G2: the
-// eviction order and admission (heat.Policy: decayed reference count with a
-// TinyLFU sketch) and the heat score (heat.Tracker) reported in xattrs and
+// eviction order and admission (heat.Policy by default: decayed reference
+// count with a TinyLFU sketch; Config.Policy selects another heat.Placer) and the heat score (heat.Tracker) reported in xattrs and
 // status. Changes of the eviction order (access, makeEvictable, remove,
 // victim) are made under Store.g2mu, which makes Victim+Remove atomic
 // across the evictor and the other paths; read-only questions
 // (ShouldAdmit, PredictReuse, Score) are not, which is safe because
 // heat.Policy and heat.Tracker lock themselves.
 type placement struct {
-	policy *heat.Policy[bref]
+	policy heat.Placer[bref]
 	heat   *heat.Tracker[bref]
 }
 
@@ -30,7 +30,22 @@ func newPlacement(cfg Config) (*placement, error) {
 	// namespace block size we expect in numbers (64 KiB); it only affects
 	// the sketch's memory and sample period.
 	capBlocks := int(max(cfg.G2Bytes/(64<<10), 1024))
-	p, err := heat.NewPolicy[bref](heat.PolicyConfig{Capacity: capBlocks, ReuseMinCount: g3ReuseMinCount})
+	pcfg := heat.PolicyConfig{Capacity: capBlocks, ReuseMinCount: g3ReuseMinCount}
+	var p heat.Placer[bref]
+	var err error
+	switch cfg.Policy {
+	case "", "decay":
+		p, err = heat.NewPolicy[bref](pcfg)
+	case "adaptive":
+		p, err = heat.NewAdaptivePolicy[bref](pcfg)
+	case "density":
+		// The depth feature is the block's index in its file: the
+		// position in the prefix chain when a file holds a request's
+		// KV blocks in order (0 for every block of one-block files).
+		p, err = heat.NewDensityPolicy(pcfg, func(r bref) int { return int(r.idx) })
+	default:
+		err = fmt.Errorf("unknown policy %q (want decay, adaptive or density)", cfg.Policy)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: heat policy: %v", ErrInvalid, err)
 	}

@@ -51,6 +51,9 @@ type Config struct {
 	// through Share (and Import on other hosts); write-back never targets
 	// it, so a pool in bypass costs nothing but cross-host hits.
 	G35 tier.Tier
+	// Policy is G2's eviction policy: "decay" (the default, also for ""),
+	// "adaptive" or "density" (see newPlacement).
+	Policy string
 	// HeatHalfLife is the heat decay half-life (default 60 s).
 	HeatHalfLife time.Duration
 	// RankObjects keeps a ranking of objects by heat (ObjectRanking, half

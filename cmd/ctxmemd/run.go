@@ -279,7 +279,7 @@ func (d *daemon) open(ctx context.Context) error {
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
 		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
 		MemFiles: cfg.Passthrough && cfg.PassthroughMaxBytes > 0 && os.Geteuid() == 0, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
-		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold,
+		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold, Policy: cfg.G2Policy,
 		RankObjects: cfg.ControlPlane(), // the sidecar reports hot and cold objects
 		Logger:      d.log.With("component", "tiering"),
 	})

@@ -162,3 +162,73 @@ func TestAdaptiveRobust(t *testing.T) {
 	}
 	t.Logf("block hit ratio on synthetic traces (seed 1):\n%s", b.String())
 }
+
+// densityTolerance is how far below max(LRU, ARC) the density policy may
+// fall on a synthetic shape: it picks victims from random samples, and
+// its worst shortfall on seed 1 is 0.0009 (recency at 1% of the distinct
+// blocks).
+const densityTolerance = 0.002
+
+// TestDensityRobust is issue 14's robustness property for the density
+// policy: on every synthetic shape, at 1%, 5% and 20% of the distinct
+// blocks, its hit ratio is at least max(LRU, ARC) - densityTolerance, with
+// no exceptions. (At 50% too, docs/tiering.md; left out here because the
+// scan shape's 500,000-block caches make it slow.)
+func TestDensityRobust(t *testing.T) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s %6s %6s  %7s %7s %7s\n", "shape", "cap%", "blocks", "lru", "arc", "density")
+	for _, shape := range SyntheticShapes() {
+		tr, err := Synthetic(shape, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := tr.Distinct()
+		for _, pct := range []int{1, 5, 20} {
+			c := max(d*pct/100, 1)
+			hr := map[string]float64{}
+			for _, p := range []string{"lru", "arc", "density"} {
+				r, err := Simulate(tr, c, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hr[p] = r.HitRatio
+			}
+			fmt.Fprintf(&b, "%-8s %5d%% %6d  %7.4f %7.4f %7.4f\n", shape, pct, c, hr["lru"], hr["arc"], hr["density"])
+			if floor := max(hr["lru"], hr["arc"]); hr["density"] < floor-densityTolerance {
+				t.Errorf("%s at %d blocks: density %.4f < max(LRU, ARC) %.4f - %.3f", shape, c, hr["density"], floor, densityTolerance)
+			}
+		}
+	}
+	t.Logf("block hit ratio on synthetic traces (seed 1):\n%s", b.String())
+}
+
+// TestDensityMooncake pins the density policy's figures on the bundled
+// trace (docs/tiering.md), with and without the depth feature: above LRU
+// and ARC at 5,000, 10,000 and 20,000 blocks.
+func TestDensityMooncake(t *testing.T) {
+	tr := loadMooncake(t)
+	want := map[string][]float64{
+		"density":           {0.1660, 0.2316, 0.2952},
+		"density:depth=off": {0.1500, 0.2282, 0.2949},
+	}
+	for p, w := range want {
+		for i, c := range DefaultCapacities() {
+			r, err := Simulate(tr, c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.HitRatio < w[i]-0.001 || r.HitRatio > w[i]+0.001 {
+				t.Errorf("%s at %d blocks: %.4f, documented %.4f", p, c, r.HitRatio, w[i])
+			}
+			for _, other := range []string{"lru", "arc"} {
+				o, err := Simulate(tr, c, other)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.HitRatio <= o.HitRatio {
+					t.Errorf("%s at %d blocks: %.4f, %s %.4f", p, c, r.HitRatio, other, o.HitRatio)
+				}
+			}
+		}
+	}
+}

@@ -64,6 +64,10 @@ func DefaultCapacities() []int { return []int{5000, 10000, 20000} }
 //	wtinylfu[:window=F,protected=F,sample=N]
 //	                         W-TinyLFU; window and protected are fractions
 //	                         (default 0.01, 0.8), sample is W/C (default 10)
+//	density[:sample=N,reuse=N,depth=on|off]
+//	                         heat.DensityPolicy (learned hit density per
+//	                         class); depth=off leaves each block's depth
+//	                         in its prefix chain out of the classes
 //	policy[:order=decay|lru2|lru,halflife=D,sample=N,admit=on|off,reuse=N]
 //	                         heat.Policy (defaults: heat.PolicyConfig's);
 //	                         reuse is the G3 write filter's PredictReuse
@@ -253,6 +257,31 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		c = newARC(capacity)
 	case "wtinylfu":
 		c = newWTinyLFU(capacity, o.float("window", 0.01), o.float("protected", 0.8), o.int("sample", heat.DefaultSampleFactor))
+	case "density":
+		for _, k := range []string{"order", "halflife", "admit"} {
+			if _, ok := m[k]; ok {
+				return nil, fmt.Errorf("%w: density takes no %s option", ErrPolicy, k)
+			}
+		}
+		cfg, err := policyConfig(o, capacity)
+		if err != nil {
+			return nil, err
+		}
+		pc := &policyCache{capacity: capacity, keepAll: cfg.ReuseMinCount == 0}
+		var depth func(uint64) int
+		switch v, _ := o.take("depth"); v {
+		case "", "on":
+			depth = func(uint64) int { return int(pc.cur) }
+		case "off":
+		default:
+			return nil, fmt.Errorf("%w: depth=%q (want on or off)", ErrPolicy, v)
+		}
+		p, err := heat.NewDensityPolicy[uint64](cfg, depth)
+		if err != nil {
+			return nil, err
+		}
+		pc.p = p
+		c = pc
 	case "policy", "adaptive":
 		cfg, err := policyConfig(o, capacity)
 		if err != nil {
@@ -327,17 +356,8 @@ func policyConfig(o *options, capacity int) (heat.PolicyConfig, error) {
 	return cfg, o.err
 }
 
-// placer is the interface of heat.Policy and heat.AdaptivePolicy.
-type placer interface {
-	Access(k uint64, h uint64, now time.Time) bool
-	ShouldAdmit(h uint64, now time.Time) bool
-	Insert(k uint64, h uint64, now time.Time)
-	Victim() (uint64, bool)
-	Remove(k uint64) bool
-	Contains(k uint64) bool
-	Len() int
-	PredictReuse(h uint64) bool
-}
+// placer is the placement protocol of the heat policies.
+type placer = heat.Placer[uint64]
 
 // policyCache drives heat.Policy exactly as the tiering core does (see
 // the heat package documentation), with a budget of capacity blocks. As
@@ -350,6 +370,9 @@ type policyCache struct {
 	// depthAge ages each reference by depthAge per level of depth in its
 	// prefix chain (spec option depth=D), so deeper blocks are evicted first.
 	depthAge time.Duration
+	// cur is the depth of the reference being replayed, the density
+	// policy's depth feature.
+	cur int32
 }
 
 func (c *policyCache) now(r ref) time.Time {
@@ -357,10 +380,12 @@ func (c *policyCache) now(r ref) time.Time {
 }
 
 func (c *policyCache) lookup(r ref) bool {
+	c.cur = r.depth
 	return c.p.Access(r.block, heat.Mix64(r.block), c.now(r))
 }
 
 func (c *policyCache) insert(r ref) (victim uint64, evicted, admitted bool) {
+	c.cur = r.depth
 	now := c.now(r)
 	h := heat.Mix64(r.block)
 	if c.p.Len() >= c.capacity {
