@@ -86,8 +86,9 @@ type Stats struct {
 	Imports  int64 // files imported from other hosts
 	ImportNs int64 // total time spent importing (ns)
 	Shares   int64 // files published
-	// SharedBytes counts the bytes of blocks Share put into the pool
-	// (whole blocks: a file's last partial block counts as one block).
+	// SharedBytes counts the bytes of blocks Share put into the pool (a
+	// file's last partial block by its length when the share put every
+	// block; else whole blocks).
 	SharedBytes int64
 	Stale       int64 // stale pool records seen
 	// DroppedNotes counts Notes dropped from a full queue.
@@ -105,12 +106,9 @@ type Sharer struct {
 	log *slog.Logger
 
 	mu sync.Mutex
-	// published are the entries this host published, by object; imported
-	// the names of files imported here (stale records of an import are
-	// withdrawn by name). Both are trimmed by the store's removed and
-	// lost events.
+	// published are the entries this host published, by object (trimmed
+	// by the store's removed and lost events).
 	published map[tiering.ObjectID]name
-	imported  map[tiering.ObjectID]name
 
 	withdraw chan tiering.ObjectID
 	staleCh  chan staleRec
@@ -133,7 +131,7 @@ func New(cfg Config) (*Sharer, error) {
 		cfg.Log = slog.Default()
 	}
 	s := &Sharer{cfg: cfg, log: cfg.Log.With("component", "sharing"),
-		published: map[tiering.ObjectID]name{}, imported: map[tiering.ObjectID]name{},
+		published: map[tiering.ObjectID]name{},
 		withdraw: make(chan tiering.ObjectID, 4096), staleCh: make(chan staleRec, 1024),
 		notes: make(chan Note, noteQueue), events: cfg.Store.Subscribe(0)}
 	if cfg.Eager {
@@ -226,7 +224,6 @@ func (s *Sharer) onStoreEvent(ev tiering.Event) {
 		}
 	case tiering.EventRemoved, tiering.EventLost:
 		s.mu.Lock()
-		delete(s.imported, ev.ID)
 		_, pub := s.published[ev.ID]
 		s.mu.Unlock()
 		if pub {
@@ -256,45 +253,40 @@ func (s *Sharer) Withdraw(k tier.Key) {
 	}
 }
 
-// staleRec is a stale record to withdraw from the index.
+// staleRec is a stale record to withdraw from the index: block idx of a
+// file at location loc.
 type staleRec struct {
-	n   name
 	idx uint32
 	loc pool.Location
 }
 
 // Stale handles the G3.5 tier's EventStale: a record read did not match
-// (extent leased again, torn or corrupt). The entry of the imported file
-// is withdrawn if it still points at that record, so later lookups miss
+// (extent leased again, torn or corrupt). Every index entry whose block
+// is that record is withdrawn (by location, so it does not matter that the
+// importing file was dropped as lost meanwhile), so later lookups miss
 // (the engine recomputes) instead of importing the bad record again, and
-// the control plane hears of it (NoteStale) so the next share puts fresh
-// records.
+// the control plane hears of each (NoteStale) so the next share puts
+// fresh records.
 func (s *Sharer) Stale(k tier.Key, ref g35.Ref, err error) {
 	s.stale.Add(1)
 	s.log.Warn("G3.5: stale pool record", "key", k.String(), "record", ref.Loc.String(), "err", err)
-	s.mu.Lock()
-	n, ok := s.imported[tiering.ObjectID(k.Object)]
-	if !ok {
-		n, ok = s.published[tiering.ObjectID(k.Object)]
-	}
-	s.mu.Unlock()
-	if !ok {
-		return
-	}
 	select {
-	case s.staleCh <- staleRec{n: n, idx: k.Index, loc: ref.Loc}:
-	default:
+	case s.staleCh <- staleRec{idx: k.Index, loc: ref.Loc}:
+	default: // a burst: readers of the others find them stale too
 	}
 }
 
-// withdrawStale removes the index entry of r's file if it still points at
-// the stale record (a fresh share is left alone) and notes it.
+// withdrawStale removes the index entries that still point at the stale
+// record (a fresh share is left alone) and notes them.
 func (s *Sharer) withdrawStale(ctx context.Context, r staleRec) {
-	e, ok := s.cfg.Index.Lookup(r.n.ns, r.n.path)
-	if ok && int(r.idx) < len(e.Blocks) && e.Blocks[r.idx] == r.loc {
-		s.removeEntry(ctx, r.n, "withdraw stale entry")
+	for _, e := range s.cfg.Index.ByExtent(r.loc.Extent) {
+		if int(r.idx) >= len(e.Blocks) || e.Blocks[r.idx] != r.loc {
+			continue
+		}
+		n := name{e.Namespace, e.Path}
+		s.removeEntry(ctx, n, "withdraw stale entry")
+		s.note(Note{Kind: NoteStale, Namespace: n.ns, Path: n.path})
 	}
-	s.note(Note{Kind: NoteStale, Namespace: r.n.ns, Path: r.n.path})
 }
 
 // Import implements the FUSE mount's Remote: it makes the file path of
@@ -321,9 +313,6 @@ func (s *Sharer) Import(ctx context.Context, ns, path string) (tiering.ObjectID,
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("import %s/%s from %s: %w", ns, path, e.Owner, err)
 	}
-	s.mu.Lock()
-	s.imported[id] = name{ns, path}
-	s.mu.Unlock()
 	s.imports.Add(1)
 	s.importNs.Add(int64(time.Since(start)))
 	s.note(Note{Kind: NoteImported, ID: id})
@@ -373,7 +362,9 @@ func (s *Sharer) Share(ctx context.Context, id tiering.ObjectID, ns, path string
 	n, err := st.Share(ctx, id)
 	info, serr := st.Stat(id)
 	if serr == nil {
-		s.sharedBytes.Add(int64(n) * int64(info.BlockSize))
+		// A file's last block may be partial: at most one block's
+		// rounding per share.
+		s.sharedBytes.Add(min(int64(n)*int64(info.BlockSize), info.Size))
 	}
 	if err != nil {
 		return n, err

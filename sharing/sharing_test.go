@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -242,5 +243,64 @@ func TestShareWithoutEagerWaitsForTheCommand(t *testing.T) {
 	}
 	if st := a.sh.Stats(); st.Shares != 1 || st.EagerShared != 0 {
 		t.Fatalf("owner stats %+v", st)
+	}
+}
+
+// TestStaleRecordWithdrawsTheEntryAfterTheImportIsLost: a corrupt pool
+// record makes the importing host's file lost (never wrong bytes) and its
+// index entry is withdrawn by the record's location, whichever of the
+// store's lost event and the pool's stale event the sharer sees first, so
+// the next lookup misses instead of importing the bad record again.
+func TestStaleRecordWithdrawsTheEntryAfterTheImportIsLost(t *testing.T) {
+	c := newCluster(t)
+	a, b := c.add("a", false), c.add("b", false)
+	want := pattern(11, 4096)
+	id := a.write(t, "kv", "s/blk0", want)
+	if _, err := a.sh.Share(context.Background(), id, "kv", "s/blk0", false); err != nil {
+		t.Fatal(err)
+	}
+	var imported tiering.ObjectID
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got, _, ok, _ := b.sh.Import(context.Background(), "kv", "s/blk0")
+		imported = got
+		return ok
+	}, "host b never saw the share")
+	e, ok := b.sh.cfg.Index.Lookup("kv", "s/blk0")
+	if !ok || len(e.Blocks) != 1 {
+		t.Fatalf("entry %+v", e)
+	}
+	// Flip a payload byte of the record (its header is the first 4 KiB).
+	f, err := os.OpenFile(c.path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make([]byte, 1)
+	off := e.Blocks[0].Offset + 4096 + 100
+	if _, err := f.ReadAt(one, off); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 0xff
+	if _, err := f.WriteAt(one, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got := make([]byte, len(want))
+	if _, err := b.st.ReadAt(context.Background(), imported, got, 0); err == nil && !bytes.Equal(got, want) {
+		t.Fatal("WRONG BYTES from a corrupt pool record")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, ok := b.sh.cfg.Index.Lookup("kv", "s/blk0")
+		return !ok
+	}, "the entry pointing at the corrupt record was not withdrawn")
+	if st := b.sh.Stats(); st.Stale == 0 {
+		t.Fatalf("stats %+v: no stale record counted", st)
+	}
+	var stale bool
+	for len(b.sh.Notes()) > 0 {
+		n := <-b.sh.Notes()
+		stale = stale || (n.Kind == NoteStale && n.Namespace == "kv" && n.Path == "s/blk0")
+	}
+	if !stale {
+		t.Fatal("no NoteStale for the withdrawn entry")
 	}
 }
