@@ -132,7 +132,7 @@ func New(cfg Config) (*Sharer, error) {
 	}
 	s := &Sharer{cfg: cfg, log: cfg.Log.With("component", "sharing"),
 		published: map[tiering.ObjectID]name{},
-		withdraw: make(chan tiering.ObjectID, 4096), staleCh: make(chan staleRec, 1024),
+		withdraw:  make(chan tiering.ObjectID, 4096), staleCh: make(chan staleRec, 1024),
 		notes: make(chan Note, noteQueue), events: cfg.Store.Subscribe(0)}
 	if cfg.Eager {
 		s.eager = newEagerState()
