@@ -426,18 +426,22 @@ func TestE2EPoolFaults(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, heldOld, "an extent A held when it died leased by B")
 	a.StartAgain()
 	write(a, "restarted/x.kv")
-	if _, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second); err != nil {
+	took, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("restarted/x.kv readable on C %v after the restarted A wrote it", took.Round(time.Millisecond))
 	// The restarted A writes over its earlier records (its old extents are
 	// leased again), so index entries published before the crash are
 	// stale. A reader that hits one withdraws it, and A shares the file
 	// again from its own copies: files A wrote before the crash become
 	// readable on C again (errors in between are allowed, wrong bytes not).
 	for _, name := range []string{"after-nats/x.kv", "bypass/one.kv"} {
+		start := time.Now()
 		if err := readEventually(cc, name, kvBytes(name, size), 60*time.Second); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%s readable on C again %v after the restart's first read", name, time.Since(start).Round(time.Millisecond))
 	}
 }
 
