@@ -222,7 +222,10 @@
 // The Store owns its goroutines: Open starts them with s.wg.Add, each
 // returns when s.ctx ends at the latest, and CloseContext, once write-back has drained
 // (or its ctx ended), calls s.cancel and s.wg.Wait, then drains the GC
-// queue on the caller's goroutine.
+// queue on the caller's goroutine and closes the event subscriptions
+// (events.go). The timers of delayLoop, cleanLoop, gcLoop and retryWB run
+// on s.clk (Config.Clock), so a test with a clock.Fake moves them by
+// advancing it; the other loops' periods are real time.
 //
 //	writeBackLoop    FlushWorkers of them (Open): pop wbQueue, writeBack;
 //	                 each owns a 4 MiB staging buffer; a failed put's
