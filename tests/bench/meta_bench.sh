@@ -18,7 +18,9 @@
 #   - `ls -f big | wc -l` time, with the kernel's caches warm and after restart;
 #   - restart: SIGTERM to exit, then start to the first successful stat of a
 #     known file, to "fusefs: tree reconciled" and to "tiering store
-#     recovered" in the log; VmRSS after restart.
+#     recovered" in the log; VmRSS after restart; a CPU profile of
+#     start-up ($META_OUT/cpu-start.pb.gz);
+#   - the kernel's fuse_inode + dentry slab growth (not in the daemon's RSS).
 #
 # Environment: META_FILES (default 1000000; QUICK=1: 100000), META_BIG
 # (default META_FILES/2), META_SIZE (4096), META_WORKERS (8), META_ROUNDS
@@ -62,6 +64,9 @@ mem_line() { # PID LABEL
 		$(($(kib "$1" VmRSS) / 1024)) $(($(kib "$1" RssAnon) / 1024)) $(($(kib "$1" RssFile) / 1024)) \
 		$(($(kib "$1" RssShmem) / 1024)) $(($(kib "$1" VmHWM) / 1024))
 }
+slab_kib() { # KiB of the kernel's fuse_inode and dentry slabs (active objects × object size; not in the daemon's RSS)
+	awk '$1 == "fuse_inode" || $1 == "dentry" { s += $2 * $4 } END { printf "%d", s / 1024 }' /proc/slabinfo 2>/dev/null || echo 0
+}
 heap_inuse() { # bytes of live heap after a GC (runtime.MemStats HeapInuse via the heap profile's text form)
 	curl -fsS "http://$pprof/debug/pprof/heap?gc=1&debug=1" | awk '/^# HeapInuse = / { print $4 }'
 }
@@ -89,6 +94,7 @@ start_daemon
 wait_ready
 sleep 2
 mem_line "$pid" "empty daemon"
+slab0=$(slab_kib)
 rss0=$(kib "$pid" VmRSS)
 heap0=$(heap_inuse)
 mnt=$work/mnt/default/meta
@@ -117,6 +123,8 @@ sleep 10
 wait "$rmpid"
 mem_line "$pid" "full daemon"
 rss1=$(kib "$pid" VmRSS)
+slab1=$(slab_kib)
+awk -v a="$slab0" -v b="$slab1" -v n="$files" 'BEGIN { printf "kernel fuse_inode + dentry slabs: +%.0f MiB, %.0f B per file (not in RSS; machine-wide)\n", (b - a) / 1024, (b - a) * 1024 / n }'
 heap1=$(heap_inuse)
 curl -fsS "http://$pprof/debug/pprof/heap?gc=1" -o "$out/heap-full.pb.gz"
 g2=$(./bin/ctxmemd status --admin "$work/data/admin.sock" 2>/dev/null | grep -iE '^ *(G2|dram)' | head -1 || true)
@@ -150,6 +158,11 @@ mountpoint -q "$work/mnt" && umount -l "$work/mnt"
 : >"$log"
 t=$(now)
 start_daemon
+# A CPU profile of start-up (pprof is served before G3 opens).
+prof_s=$((files / 100000 * 15 + 5))
+((prof_s > 300)) && prof_s=300
+(for _ in $(seq 500); do curl -fsS "http://$pprof/debug/pprof/profile?seconds=$prof_s" -o "$out/cpu-start.pb.gz" 2>/dev/null && break; sleep 0.02; done) &
+profpid=$!
 t_stat="" t_rec="" t_tier=""
 for _ in $(seq 60000); do
 	[[ -z $t_stat ]] && stat "$known" >/dev/null 2>&1 && t_stat=$(since "$t")
@@ -173,5 +186,8 @@ if ((big > 0)); then
 	echo "ls -f big | wc -l (after restart, kernel caches cold): $c entries in $(since "$t") s"
 	mem_line "$pid" "after ls -f"
 fi
+wait "$profpid" || true
+echo "start-up CPU profile (first $prof_s s): $out/cpu-start.pb.gz"
+go tool pprof -top -cum -nodecount=25 ./bin/ctxmemd "$out/cpu-start.pb.gz" 2>/dev/null | sed -n '5,40p' | sed 's/^/  /'
 echo "heap profiles: $out/heap-full.pb.gz, $out/heap-restarted.pb.gz (go tool pprof -sample_index=inuse_space -top bin/ctxmemd FILE)"
 go tool pprof -sample_index=inuse_space -top -nodecount=25 ./bin/ctxmemd "$out/heap-full.pb.gz" 2>/dev/null | sed 's/^/  /'
