@@ -2,8 +2,8 @@
 # meta_bench.sh — the metadata benchmark of issue 17 (make bench
 # BENCH_ONLY=meta): what a namespace of many small KV files costs the daemon.
 #
-# One real daemon (./bin/ctxmemd run, real FUSE mount, --dram $META_DRAM so
-# the data sinks to G3) gets META_FILES files of META_SIZE bytes from
+# One real daemon (./bin/ctxmemd run, or $META_BIN; real FUSE mount;
+# --dram $META_DRAM so the data sinks to G3) gets META_FILES files of META_SIZE bytes from
 # tests/bench/metafill ($META_WORKERS parallel writers): META_BIG of them in
 # one directory big/ (the `ls -f` case), the rest in directories of 1,000.
 # The same writer fills a tmpfs directory with the same layout, in
@@ -25,8 +25,9 @@
 # Environment: META_FILES (default 1000000; QUICK=1: 100000), META_BIG
 # (default META_FILES/2), META_SIZE (4096), META_WORKERS (8), META_ROUNDS
 # (4), META_DRAM (64MiB), META_G3_SIZE (default files × size × 2 + 1 GiB),
-# META_PPROF (127.0.0.1:6071), META_WORK (parent of the scratch directory,
-# default /tmp; it holds the data directory: G3 segments and metadata).
+# META_PPROF (127.0.0.1:6071), META_BIN (the daemon binary, default
+# ./bin/ctxmemd), META_WORK (parent of the scratch directory, default
+# /tmp; it holds the data directory: G3 segments and metadata).
 # Needs root, /dev/fuse, go, curl.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,7 +44,8 @@ pprof=${META_PPROF:-127.0.0.1:6071}
 out=${META_OUT:-/tmp/ctxmem-meta-prof}
 mkdir -p "$out"
 
-[[ -x ./bin/ctxmemd ]] || make -s build
+bin=${META_BIN:-./bin/ctxmemd}
+[[ -x $bin ]] || make -s build
 work=$(mktemp -d "${META_WORK:-/tmp}/ctxmem-meta.XXXXXX")
 shm=$(mktemp -d /dev/shm/ctxmem-meta.XXXXXX)
 go build -o "$work/metafill" ./tests/bench/metafill
@@ -74,7 +76,7 @@ heap_inuse() { # bytes of live heap after a GC (runtime.MemStats HeapInuse via t
 : >"$work/empty.yaml"
 log=$work/daemon.log
 start_daemon() {
-	CTXMEM_PPROF=$pprof ./bin/ctxmemd run --config "$work/empty.yaml" --mount "$work/mnt" --data-dir "$work/data" \
+	CTXMEM_PPROF=$pprof "$bin" run --config "$work/empty.yaml" --mount "$work/mnt" --data-dir "$work/data" \
 		--dram "$dram" --g3-size "$g3" --metrics "" ${CTXMEMD_FLAGS:-} >>"$log" 2>&1 &
 	pid=$!
 }
@@ -127,7 +129,7 @@ slab1=$(slab_kib)
 awk -v a="$slab0" -v b="$slab1" -v n="$files" 'BEGIN { printf "kernel fuse_inode + dentry slabs: +%.0f MiB, %.0f B per file (not in RSS; machine-wide)\n", (b - a) / 1024, (b - a) * 1024 / n }'
 heap1=$(heap_inuse)
 curl -fsS "http://$pprof/debug/pprof/heap?gc=1" -o "$out/heap-full.pb.gz"
-g2=$(./bin/ctxmemd status --admin "$work/data/admin.sock" 2>/dev/null | grep -iE '^ *(G2|dram)' | head -1 || true)
+g2=$("$bin" status --admin "$work/data/admin.sock" 2>/dev/null | grep -iE '^ *(G2|dram)' | head -1 || true)
 echo "status: $g2"
 dram_bytes=$(numfmt --from=iec-i "${dram/B/}" 2>/dev/null || numfmt --from=iec "${dram%iB}")
 awk -v r0="$rss0" -v r1="$rss1" -v h0="$heap0" -v h1="$heap1" -v d="$dram_bytes" -v n="$files" 'BEGIN {
@@ -188,6 +190,6 @@ if ((big > 0)); then
 fi
 wait "$profpid" || true
 echo "start-up CPU profile (first $prof_s s): $out/cpu-start.pb.gz"
-go tool pprof -top -cum -nodecount=25 ./bin/ctxmemd "$out/cpu-start.pb.gz" 2>/dev/null | sed -n '5,40p' | sed 's/^/  /'
+go tool pprof -top -cum -nodecount=25 "$bin" "$out/cpu-start.pb.gz" 2>/dev/null | sed -n '5,40p' | sed 's/^/  /'
 echo "heap profiles: $out/heap-full.pb.gz, $out/heap-restarted.pb.gz (go tool pprof -sample_index=inuse_space -top bin/ctxmemd FILE)"
-go tool pprof -sample_index=inuse_space -top -nodecount=25 ./bin/ctxmemd "$out/heap-full.pb.gz" 2>/dev/null | sed 's/^/  /'
+go tool pprof -sample_index=inuse_space -top -nodecount=25 "$bin" "$out/heap-full.pb.gz" 2>/dev/null | sed 's/^/  /'
