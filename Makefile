@@ -5,6 +5,8 @@
 #   make bench   benchmarks (Go benchmarks, fio and KV jobs on tmpfs vs the
 #                mount vs go-fuse loopback, trace replay, NBD, ...); long, not
 #                part of make test. Quick look: make bench BENCH_ONLY=fio QUICK=1
+#                Metadata at scale (issue 17): make bench BENCH_ONLY=meta
+#                META_FILES=1000000 (QUICK=1: 100,000 files)
 #   make fuzz    every fuzz target for FUZZTIME each (default 5m; see
 #                tests/fuzz.sh); long, not part of make test
 #   make man     the manual page, build/ctxmemd.1.gz (from `ctxmemd man`)

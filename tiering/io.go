@@ -541,8 +541,19 @@ func (s *Store) persistCleanLocked(o *object) error {
 
 // signalFlushed wakes Flush waiters of o. o.mu held for writing.
 func (s *Store) signalFlushed(o *object) {
-	close(o.flushed)
-	o.flushed = make(chan struct{})
+	if o.flushed != nil {
+		close(o.flushed)
+		o.flushed = nil
+	}
+}
+
+// flushWaitLocked returns the channel signalFlushed closes next, made on
+// first use. o.mu held for writing.
+func (o *object) flushWaitLocked() <-chan struct{} {
+	if o.flushed == nil {
+		o.flushed = make(chan struct{})
+	}
+	return o.flushed
 }
 
 // Flush returns once every block of the object written before the call is
@@ -583,7 +594,7 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			return s.syncTiers(ctx)
 		}
 		s.expediteLocked(o)
-		ch := o.flushed
+		ch := o.flushWaitLocked()
 		o.mu.Unlock()
 		s.wbReady.broadcast()
 		select {
@@ -745,7 +756,7 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 				delete(snap, idx) // a dropped block's copies are gone
 			}
 		}
-		ch := o.flushed
+		ch := o.flushWaitLocked()
 		o.mu.Unlock()
 		if len(snap) == 0 {
 			return s.syncTiers(ctx)

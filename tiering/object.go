@@ -164,8 +164,9 @@ type object struct {
 	persisted bool // meta.db holds a record of this object
 	deleted   bool
 	awaitG4   bool // an export recovered without G4's listing (g4recover.go)
-	// flushed is closed (and replaced) whenever the object becomes clean
-	// on disk; Flush waits on it.
+	// flushed is closed (and set to nil) whenever the object becomes clean
+	// on disk; Flush waits on it. Made only when a Flush waits
+	// (flushWaitLocked), so an object at rest carries no channel.
 	flushed chan struct{}
 	// mf is the object's memory file once it was opened for passthrough
 	// (passthrough.go); nil otherwise.
@@ -208,6 +209,9 @@ func (o *object) clearStale(idx uint32, bit uint8) bool {
 	if v, ok := o.stale[idx]; ok {
 		if v &^= bit; v == 0 {
 			delete(o.stale, idx)
+			if len(o.stale) == 0 {
+				o.stale = nil
+			}
 		} else {
 			o.stale[idx] = v
 		}

@@ -65,7 +65,7 @@ func (s *Store) recover(ctx context.Context) error {
 		}
 		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: dur, bs: rec.BlockSize, size: rec.Size,
 			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true,
-			blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+			blocks: make(map[uint32]*blockState)}
 		if o.created.IsZero() {
 			o.created = s.clk.Now()
 		}
@@ -151,7 +151,7 @@ func (s *Store) recover(ctx context.Context) error {
 func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
 	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: DurabilityDevice, bs: rec.BlockSize, size: rec.Size,
 		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true,
-		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+		blocks: make(map[uint32]*blockState)}
 	for _, k := range keys {
 		if k.Namespace != o.ns || k.Gen != o.gen || int64(k.Index)*int64(o.bs) >= o.size {
 			continue

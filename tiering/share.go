@@ -118,7 +118,7 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 		return 0, err
 	}
 	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: s.clk.Now(), size: size,
-		blocks: make(map[uint32]*blockState), flushed: make(chan struct{})}
+		blocks: make(map[uint32]*blockState)}
 	// metaDirty stays false: nothing of an import is this host's to keep
 	// (a local write to it marks it, like any change).
 	n := (size + int64(blockSize) - 1) / int64(blockSize)

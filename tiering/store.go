@@ -496,7 +496,7 @@ func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (Object
 	// written once it is idle (cleanLoop), so creating and writing a KV
 	// file costs no metadata commit on the caller's path.
 	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: s.clk.Now(),
-		blocks: make(map[uint32]*blockState), flushed: make(chan struct{}), metaDirty: true}
+		blocks: make(map[uint32]*blockState), metaDirty: true}
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()

@@ -285,6 +285,9 @@ func (s *Store) tierBit(t tier.Tier) uint8 {
 func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
 	if o.busy[idx]--; o.busy[idx] <= 0 {
 		delete(o.busy, idx)
+		if len(o.busy) == 0 {
+			o.busy = nil // an emptied map keeps its buckets: ~200 B per file at rest
+		}
 	} else {
 		return
 	}

@@ -115,6 +115,11 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	d.setValues(cfg)
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
+	// pprof first, so start-up (G3 open, recovery, reconciliation) can be
+	// profiled too (tests/bench/meta_bench.sh does).
+	if addr := os.Getenv("CTXMEM_PPROF"); addr != "" {
+		d.goroutine(ctx, "pprof", func(ctx context.Context) error { return servePprof(ctx, addr) })
+	}
 	// Listeners are bound before anything is mounted or announced: a busy
 	// port is a configuration error (exit 2), not a daemon that dies after
 	// "serving" and is restarted by systemd every 2 s.
@@ -352,9 +357,6 @@ func (d *daemon) open(ctx context.Context) error {
 		d.goroutine(ctx, "metrics", func(ctx context.Context) error {
 			return metrics.ServeListener(ctx, d.metricsLn, func() metrics.Snapshot { return d.metricsSnapshot(ctx) }, version, d.lat)
 		})
-	}
-	if addr := os.Getenv("CTXMEM_PPROF"); addr != "" {
-		d.goroutine(ctx, "pprof", func(ctx context.Context) error { return servePprof(ctx, addr) })
 	}
 	if d.g4 != nil {
 		sw := g4.NewSweeper(d.g4, g4.SweeperOptions{TTL: cfg.G4TTL, OnSweep: func(n int, err error) {

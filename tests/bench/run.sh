@@ -21,6 +21,11 @@
 #      two daemons on one pool file, NATS and a scheduler; share (pool
 #      write) and read through FUSE vs raw O_DIRECT writes/reads of the
 #      same bytes on the same disk, import latency, wanted -> readable.
+#   9. Metadata at scale (issue 17, tests/bench/meta_bench.sh): META_FILES
+#      (default 1,000,000; QUICK=1: 100,000) files of 4 KiB created through
+#      the mount by parallel writers, G2 64 MiB; daemon RSS and live heap per
+#      file, metadata on disk per file, ls -f of a big directory, restart to
+#      first stat and to reconciled, create files/s against tmpfs.
 #
 # Environment: DRAM (G2 budget, default 4GiB), G3_SIZE (default 8GiB),
 # REPLAY_BLOCK_BYTES (default 64KiB), REPLAY_REQUESTS (default all),
@@ -31,7 +36,7 @@
 # QUICK=1: short runs to iterate (fio_bench SIZE=256M RUNTIME=3 FILES=500
 # ROUNDS=1; NBD 256M export, 128M copied, 3 s per job).
 # BENCH_ONLY=fio,nbd (comma list of go, sim, fio, replay, memory, nbd, s3,
-# cp, pool): only those sections.
+# cp, pool, meta): only those sections.
 # Every measuring section runs under flock /tmp/ctxmem-bench.lock (fio_bench
 # takes it per round), so two benchmark runs on one machine never overlap.
 set -euo pipefail
@@ -138,4 +143,10 @@ if want pool; then
 	locked go test -run '^$' -bench 'PoolPut|PoolGet' -benchtime 1s ./fabric/pool/ 2>&1 | grep -E '^(Benchmark|ok)'
 	locked go test -run '^$' -bench 'Lookup|HasDir' -benchtime 1s ./fabric/poolkv/ 2>&1 | grep -E '^(Benchmark|ok)'
 	PATH="$(go env GOPATH)/bin:$PATH" CTXMEM_E2E=1 CTXMEM_BENCH=1 locked go test -tags bench -count=1 -run TestBenchPool -v ./tests/
+fi
+
+if want meta; then
+	section "Metadata at scale: RSS and disk per file, ls -f, restart, create vs tmpfs (tests/bench/meta_bench.sh)"
+	make -s build
+	QUICK=$QUICK bash tests/bench/meta_bench.sh
 fi
