@@ -74,7 +74,7 @@ test: deps-test fmt-check vet
 	PATH=$(GOBIN_DIR):$$PATH CTXMEM_REQUIRE_TOOLS=1 CTXMEM_E2E=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	# The trace simulator is single-threaded and its replays are built only
 	# without -race (heat/sim/replay_norace_test.go): run them plain.
-	$(GO) test -count=1 -run 'Mooncake|^TestAdaptiveRobust$$' ./heat/sim/
+	$(GO) test -count=1 -run 'Mooncake|^TestAdaptiveRobust$$|^TestDensityRobust$$' ./heat/sim/
 	# Under -race TestPosix runs the default cache mode only: the others plain.
 	CTXMEM_REQUIRE_TOOLS=1 $(GO) test -count=1 -run '^TestPosix$$' ./fusefs/
 	# Every fuzz target briefly (the seeds already ran above as unit tests).
