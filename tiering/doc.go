@@ -214,7 +214,7 @@
 // o.flushed unlocked); lose and removeObject; trimMemFiles. Callbacks out
 // of the package are made with no store lock held: OnLost's function, Import's register, FsckOptions.Name. (The health
 // machines' onChange, a log line, may run under o.mu: getFrom is called
-// from readLower. Events are sent under o.mu and subMu, never waiting:
+// from readLower. Events are sent under o.mu and subMu's read lock, never waiting:
 // a full subscriber buffer drops them.)
 //
 // # Goroutines

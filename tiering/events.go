@@ -84,13 +84,7 @@ func (s *Store) Subscribe(buffer int) *Events {
 		close(e.ch)
 		return e
 	}
-	old := s.subs.Load()
-	var next []*Events
-	if old != nil {
-		next = append(next, *old...)
-	}
-	next = append(next, e)
-	s.subs.Store(&next)
+	s.subs = append(s.subs, e)
 	return e
 }
 
@@ -106,14 +100,11 @@ func (e *Events) Close() {
 	s := e.s
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	if old := s.subs.Load(); old != nil {
-		var next []*Events
-		for _, x := range *old {
-			if x != e {
-				next = append(next, x)
-			}
+	for i, x := range s.subs {
+		if x == e {
+			s.subs = append(s.subs[:i:i], s.subs[i+1:]...)
+			break
 		}
-		s.subs.Store(&next)
 	}
 	e.once.Do(func() { close(e.ch) })
 }
@@ -123,31 +114,28 @@ func (s *Store) closeEvents() {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
 	s.subsClosed = true
-	if old := s.subs.Load(); old != nil {
-		for _, e := range *old {
-			e.once.Do(func() { close(e.ch) })
-		}
+	for _, e := range s.subs {
+		e.once.Do(func() { close(e.ch) })
 	}
-	s.subs.Store(nil)
+	s.subs = nil
 }
 
 // emit delivers an event about o to every subscriber without blocking; it
-// may be called with o.mu held. subMu is held across the sends so that no
-// send meets a channel Close has closed.
+// may be called with o.mu held. The read lock is held across the sends so
+// that no send meets a channel Close has closed (Close takes the write
+// lock); emits run concurrently with each other.
 func (s *Store) emit(kind EventKind, o *object) {
-	if p := s.subs.Load(); p == nil || len(*p) == 0 {
+	s.subMu.RLock()
+	defer s.subMu.RUnlock()
+	if len(s.subs) == 0 {
 		return
 	}
 	ev := Event{Kind: kind, ID: o.id, Namespace: o.ns, Label: o.kind, Durability: o.dur}
-	s.subMu.Lock()
-	defer s.subMu.Unlock()
-	if p := s.subs.Load(); p != nil {
-		for _, e := range *p {
-			select {
-			case e.ch <- ev:
-			default:
-				e.dropped.Add(1)
-			}
+	for _, e := range s.subs {
+		select {
+		case e.ch <- ev:
+		default:
+			e.dropped.Add(1)
 		}
 	}
 }

@@ -230,10 +230,10 @@ type Store struct {
 	lostMu sync.Mutex
 	onLost func(ObjectID)
 
-	// subs are the event subscriptions (events.go): read without a lock
-	// by emit's fast path, changed under subMu.
-	subMu      sync.Mutex
-	subs       atomic.Pointer[[]*Events]
+	// subs are the event subscriptions (events.go), under subMu (read
+	// lock to send, write lock to change).
+	subMu      sync.RWMutex
+	subs       []*Events
 	subsClosed bool
 	// rank is the object heat ranking (Config.RankObjects), or nil.
 	rank *heat.Ranking[ObjectID]
