@@ -195,9 +195,9 @@ func (s *Sharer) Run(ctx context.Context, files Files) error {
 		case e := <-pool:
 			switch e.Kind {
 			case g35.EventDeleted:
-				s.Withdraw(e.Key)
+				s.withdrawKey(e.Key)
 			case g35.EventStale:
-				s.Stale(e.Key, e.Ref, e.Err)
+				s.staleRecord(e.Key, e.Ref, e.Err)
 			}
 		case r := <-s.staleCh:
 			s.withdrawStale(ctx, r)
@@ -243,10 +243,10 @@ func (s *Sharer) removeEntry(ctx context.Context, n name, what string) {
 	}
 }
 
-// Withdraw handles the G3.5 tier's EventDeleted: a block this host put in
+// withdrawKey handles the G3.5 tier's EventDeleted: a block this host put in
 // the pool changed or was deleted, so the file's index entry is withdrawn
 // (asynchronously, by Run).
-func (s *Sharer) Withdraw(k tier.Key) {
+func (s *Sharer) withdrawKey(k tier.Key) {
 	select {
 	case s.withdraw <- tiering.ObjectID(k.Object):
 	default: // a burst: the next share or reclaim of the path corrects it
@@ -260,14 +260,14 @@ type staleRec struct {
 	loc pool.Location
 }
 
-// Stale handles the G3.5 tier's EventStale: a record read did not match
+// staleRecord handles the G3.5 tier's EventStale: a record read did not match
 // (extent leased again, torn or corrupt). Every index entry whose block
 // is that record is withdrawn (by location, so it does not matter that the
 // importing file was dropped as lost meanwhile), so later lookups miss
 // (the engine recomputes) instead of importing the bad record again, and
 // the control plane hears of each (NoteStale) so the next share puts
 // fresh records.
-func (s *Sharer) Stale(k tier.Key, ref g35.Ref, err error) {
+func (s *Sharer) staleRecord(k tier.Key, ref g35.Ref, err error) {
 	s.stale.Add(1)
 	s.log.Warn("G3.5: stale pool record", "key", k.String(), "record", ref.Loc.String(), "err", err)
 	select {

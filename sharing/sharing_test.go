@@ -144,6 +144,22 @@ func (h *host) write(t *testing.T, ns, path string, b []byte) tiering.ObjectID {
 	return id
 }
 
+// waitImport imports ns/path on h as soon as the owner's share reaches
+// h's index (up to 10 s) and returns the new object.
+func (h *host) waitImport(t *testing.T, ns, path string) tiering.ObjectID {
+	t.Helper()
+	var id tiering.ObjectID
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got, _, ok, err := h.sh.Import(context.Background(), ns, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id = got
+		return ok
+	}, "%s/%s never imported: the share did not reach this host", ns, path)
+	return id
+}
+
 func (h *host) read(t *testing.T, id tiering.ObjectID, n int) []byte {
 	t.Helper()
 	got := make([]byte, n)
@@ -228,12 +244,7 @@ func TestShareWithoutEagerWaitsForTheCommand(t *testing.T) {
 	if n, err := a.sh.Share(context.Background(), id, "kv", "q/blk0", false); err != nil || n != 2 {
 		t.Fatalf("share: %d blocks, %v; want 2", n, err)
 	}
-	var imported tiering.ObjectID
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		got, _, ok, _ := b.sh.Import(context.Background(), "kv", "q/blk0")
-		imported = got
-		return ok
-	}, "host b never saw the share")
+	imported := b.waitImport(t, "kv", "q/blk0")
 	// Not read yet, so its blocks are only in the pool.
 	if _, err := b.sh.Share(context.Background(), imported, "kv", "q/blk0", true); !errors.Is(err, tiering.ErrInvalid) {
 		t.Fatalf("a forced share of an import whose blocks are only in the pool: %v; want ErrInvalid", err)
@@ -259,12 +270,7 @@ func TestStaleRecordWithdrawsTheEntryAfterTheImportIsLost(t *testing.T) {
 	if _, err := a.sh.Share(context.Background(), id, "kv", "s/blk0", false); err != nil {
 		t.Fatal(err)
 	}
-	var imported tiering.ObjectID
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		got, _, ok, _ := b.sh.Import(context.Background(), "kv", "s/blk0")
-		imported = got
-		return ok
-	}, "host b never saw the share")
+	imported := b.waitImport(t, "kv", "s/blk0")
 	e, ok := b.sh.cfg.Index.Lookup("kv", "s/blk0")
 	if !ok || len(e.Blocks) != 1 {
 		t.Fatalf("entry %+v", e)
@@ -302,5 +308,24 @@ func TestStaleRecordWithdrawsTheEntryAfterTheImportIsLost(t *testing.T) {
 	}
 	if !stale {
 		t.Fatal("no NoteStale for the withdrawn entry")
+	}
+}
+
+// TestEagerShareWithTheBusDown: with the index's bus gone, an eager share
+// fails within its deadline and is counted as skipped; the file stays
+// readable on its host and nothing waits without bound.
+func TestEagerShareWithTheBusDown(t *testing.T) {
+	c := newCluster(t)
+	a := c.add("a", true)
+	c.emb.Shutdown()
+	want := pattern(21, 2*4096)
+	id := a.write(t, "kv", "d/blk0", want)
+	testenv.Eventually(t, 20*time.Second, func() bool { return a.sh.Stats().EagerSkipped == 1 },
+		"eager share with the bus down not given up: %+v", a.sh.Stats())
+	if st := a.sh.Stats(); st.EagerShared != 0 || st.Shares != 0 {
+		t.Fatalf("stats %+v: shared with no index to publish in", st)
+	}
+	if got := a.read(t, id, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("the file's own bytes changed")
 	}
 }
