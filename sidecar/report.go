@@ -258,7 +258,7 @@ func (a *Agent) poolReport() *msg.Pool {
 	}
 	t, st := sh.Tier(), sh.Stats()
 	u := t.Usage()
-	p := &msg.Pool{Bypass: t.Bypassed(), LastUse: t.ExtentUse(), LastWrite: t.ExtentWrites(), Imports: st.Imports,
+	p := &msg.Pool{Bypass: t.Bypassed(), LastUse: t.ExtentUse(), LastWrite: t.ExtentWrites(), StarvedAt: t.StarvedAt(), Imports: st.Imports,
 		Shares: st.Shares, ImportNs: st.ImportNs}
 	if w := t.Writer(); w != nil {
 		for _, l := range w.Leases() {

@@ -81,6 +81,23 @@ func (p *proc) tail() string {
 	return tail(string(b), 3000)
 }
 
+// tailWithout is tail of the log's lines that contain none of skip (a
+// failure's scheduler log without the flood of routine commands).
+func (p *proc) tailWithout(skip ...string) string {
+	b, _ := os.ReadFile(p.log)
+	var keep []string
+next:
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, s := range skip {
+			if strings.Contains(l, s) {
+				continue next
+			}
+		}
+		keep = append(keep, l)
+	}
+	return tail(strings.Join(keep, "\n"), 6000)
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]

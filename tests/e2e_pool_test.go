@@ -134,7 +134,8 @@ func startPoolCluster(t *testing.T, poolSize, extentSize string, extra ...string
 	for i, h := range c.nets {
 		name := "host-" + string(rune('a'+i))
 		d := harness.Start(t, bin, harness.Options{DRAM: "64MiB", G3Size: "128MiB", BlockSize: "64KiB",
-			Wrap: []string{"nsenter", "--net=/var/run/netns/" + h.ns, "--"},
+			LogLevel: os.Getenv("CTXMEM_E2E_LOG_LEVEL"),
+			Wrap:     []string{"nsenter", "--net=/var/run/netns/" + h.ns, "--"},
 			Extra: append(append([]string{"--host", name, "--nats", "nats://" + h.rootIP + ":" + strconv.Itoa(c.port), "--cluster", "pool",
 				"--scheduler", "off", "--report-interval", "300ms", "--sink-grace", "1h",
 				"--link", h.nsDev}, poolArgs...), extra...)})
@@ -148,7 +149,7 @@ func startPoolCluster(t *testing.T, poolSize, extentSize string, extra ...string
 		"--cluster", "pool", "--report-interval", "300ms", "--sink-grace", "1h", "--log-level", "debug")
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("scheduler log:\n%s", c.sched.tail())
+			t.Logf("scheduler log (without demote and sink commands):\n%s", c.sched.tailWithout("op=demote", "op=sink"))
 		}
 	})
 	testenv.Eventually(t, 30*time.Second, func() bool {
@@ -416,14 +417,18 @@ func TestE2EPoolFaults(t *testing.T) {
 		}
 		return false
 	}
-	for i := 0; i < 200 && (i < 40 || !heldOld()); i++ {
-		name := fmt.Sprintf("fromb/%03d.kv", i)
+	fromB, slowest, n := time.Now(), time.Duration(0), 0
+	for ; n < 200 && (n < 40 || !heldOld()); n++ {
+		name := fmt.Sprintf("fromb/%03d.kv", n)
 		write(b, name)
-		if _, err := readShared(cc, name, kvBytes(name, size), 60*time.Second); err != nil {
+		took, err := readShared(cc, name, kvBytes(name, size), 60*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
+		slowest = max(slowest, took)
 	}
 	testenv.Eventually(t, 30*time.Second, heldOld, "an extent A held when it died leased by B")
+	t.Logf("B shared %d files to C in %v (slowest %v) until it held an extent A held", n, time.Since(fromB).Round(time.Millisecond), slowest.Round(time.Millisecond))
 	a.StartAgain()
 	write(a, "restarted/x.kv")
 	took, err := readShared(cc, "restarted/x.kv", kvBytes("restarted/x.kv", size), 60*time.Second)

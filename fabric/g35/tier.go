@@ -80,6 +80,10 @@ type Tier struct {
 	own   map[tier.Key]bool
 	bytes int64
 
+	// starvedAt is the unix ns of the latest Put that found no free
+	// extent (0: none since open); see StarvedAt.
+	starvedAt atomic.Int64
+
 	useMu     sync.Mutex
 	lastUse   map[uint32]int64 // extent → unix ns of the last read or write here
 	lastWrite map[uint32]int64 // extent → unix ns of the last write here
@@ -165,6 +169,7 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	loc, err := t.w.Put(ctx, k, data)
 	if err != nil {
 		if errors.Is(err, pool.ErrNoExtent) {
+			t.starvedAt.Store(time.Now().UnixNano())
 			return fmt.Errorf("G3.5 put %s: %v: %w", k, err, tier.ErrNoSpace)
 		}
 		return fmt.Errorf("G3.5 put %s: %w", k, err)
@@ -281,6 +286,12 @@ func (t *Tier) ExtentWrites() map[uint32]int64 {
 	}
 	return out
 }
+
+// StarvedAt returns the unix ns of the latest Put that failed because
+// every extent of the pool was leased (0: none since New). The sidecar
+// reports it, and the scheduler gives a host that starves an extent
+// taken from hosts holding more than their fair share.
+func (t *Tier) StarvedAt() int64 { return t.starvedAt.Load() }
 
 // ForgetExtentUse drops extent e from ExtentUse and ExtentWrites (after
 // its reclaim).

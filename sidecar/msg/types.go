@@ -119,6 +119,10 @@ type Pool struct {
 	// LastWrite is, per extent this host wrote, the unix ns of its last
 	// write (an extent still being filled is not reclaimed).
 	LastWrite map[uint32]int64 `msgpack:"lw,omitempty" json:"last_write,omitempty"`
+	// StarvedAt is the unix ns of this host's latest pool write that
+	// found every extent leased (0: none since start): the scheduler then
+	// reclaims extents of hosts above their fair share for it.
+	StarvedAt int64 `msgpack:"st,omitempty" json:"starved_at,omitempty"`
 	// Imports and Shares count files imported from / published to the
 	// pool since start; ImportNs is the total time spent importing.
 	Imports  int64 `msgpack:"im,omitempty" json:"imports,omitempty"`

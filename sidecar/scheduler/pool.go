@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -9,33 +10,62 @@ import (
 
 // poolUseLocked returns the extents leased by live hosts and the pool's
 // extent count, from the hosts' latest reports. s.mu held.
-func (s *Scheduler) poolUseLocked() (held, extents int) {
+func (s *Scheduler) poolUseLocked() (held, extents, live int) {
 	for _, hv := range s.hosts {
 		if !poolLive(hv) {
 			continue
 		}
+		live++
 		held += len(hv.last.Pool.Held)
 		extents = max(extents, int(hv.last.Pool.Extents))
 	}
-	return held, extents
+	return held, extents, live
 }
 
-// poolLocked keeps the shared pool under its high watermark: when more
-// than PoolHigh of its extents are leased, the least recently used held
-// extents (last use = the latest read or write of the extent on any host)
-// are reclaimed by their holders until PoolLow would be reached. The
-// holder withdraws the extent's index entries before it reuses the
-// extent. s.mu held.
+// poolCand is a held extent the scheduler may reclaim.
+type poolCand struct {
+	host    string
+	boot    int64
+	extent  uint32
+	lastUse int64
+}
+
+// poolLocked returns the reclaim_extent commands that keep the shared
+// pool usable. The holder of a reclaimed extent withdraws the extent's
+// index entries before it releases it. Two rules, in this order:
+//
+//  1. Fair share. A live host that reported a pool write that found every
+//     extent leased (msg.Pool.StarvedAt, newer than the last time it was
+//     answered) while it holds fewer than its fair share (the pool's
+//     extents divided by the live hosts with a pool) gets up to
+//     fairGrant extents, reclaimed from hosts holding more than their
+//     fair share, least recently used first, never taking a host below
+//     its share. Without it one host sharing fast (every file eagerly,
+//     or the scheduler's own shares of its files) could hold every
+//     extent the watermark left, and a host that restarted could never
+//     share again (TestE2EPoolFaults' restart step).
+//  2. Watermark. When more than PoolHigh of the pool's extents are
+//     leased, the least recently used held extents (last use = the
+//     latest read or write of the extent on any host) are reclaimed by
+//     their holders until PoolLow would be reached.
+//
+// Extents written within reclaimMinAge are still being filled and are
+// never reclaimed. s.mu held.
 func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
-	held, extents := s.poolUseLocked()
-	if extents == 0 || float64(held) <= s.cfg.PoolHigh*float64(extents) {
+	held, extents, live := s.poolUseLocked()
+	if extents == 0 {
 		return nil
 	}
-	type cand struct {
-		host    string
-		boot    int64
-		extent  uint32
-		lastUse int64
+	over := float64(held) > s.cfg.PoolHigh*float64(extents)
+	fair := extents / max(live, 1)
+	var starved []string
+	for h, hv := range s.hosts {
+		if poolLive(hv) && hv.last.Pool.StarvedAt > hv.fairAnswered && len(hv.last.Pool.Held) < fair {
+			starved = append(starved, h)
+		}
+	}
+	if !over && len(starved) == 0 {
+		return nil
 	}
 	lastUse := map[uint32]int64{}
 	for _, hv := range s.hosts {
@@ -46,7 +76,7 @@ func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
 			lastUse[e] = max(lastUse[e], at)
 		}
 	}
-	var cands []cand
+	var cands []poolCand
 	recent := now.Add(-reclaimMinAge).UnixNano()
 	for h, hv := range s.hosts {
 		if !poolLive(hv) {
@@ -56,26 +86,62 @@ func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
 			if hv.last.Pool.LastWrite[e] > recent {
 				continue // still being filled: reclaiming it would thrash
 			}
-			cands = append(cands, cand{h, hv.boot, e, lastUse[e]})
+			cands = append(cands, poolCand{h, hv.boot, e, lastUse[e]})
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].lastUse < cands[j].lastUse })
-	want := held - int(s.cfg.PoolLow*float64(extents))
 	epoch := now.Unix() / 30 // a reclaim that did not happen may be asked again later
 	var out []*msg.Command
-	for _, c := range cands {
-		if len(out) >= want {
-			break
-		}
+	taken := map[uint32]bool{}
+	add := func(c poolCand, why string) bool {
 		id := msg.CommandID(msg.OpReclaim, c.host, c.boot, c.extent, epoch)
-		if _, pending := s.sent[id]; pending {
-			continue
+		if _, pending := s.sent[id]; pending || taken[c.extent] {
+			return false
 		}
-		out = append(out, &msg.Command{ID: id, Host: c.host, Op: msg.OpReclaim, Extent: c.extent,
-			Reason: "pool above its high watermark"})
+		taken[c.extent] = true
+		out = append(out, &msg.Command{ID: id, Host: c.host, Op: msg.OpReclaim, Extent: c.extent, Reason: why})
+		return true
+	}
+	sort.Strings(starved)
+	for _, h := range starved {
+		hv := s.hosts[h]
+		hv.fairAnswered = hv.last.Pool.StarvedAt
+		grant := min(fairGrant, fair-len(hv.last.Pool.Held))
+		excess := map[string]int{}
+		for v, vv := range s.hosts {
+			if poolLive(vv) {
+				excess[v] = len(vv.last.Pool.Held) - fair
+			}
+		}
+		for _, c := range cands {
+			if grant == 0 {
+				break
+			}
+			if c.host == h || excess[c.host] <= 0 {
+				continue
+			}
+			if add(c, fmt.Sprintf("host %s found the pool full holding %d of %d extents (fair share %d)", h, len(hv.last.Pool.Held), extents, fair)) {
+				excess[c.host]--
+				grant--
+			}
+		}
+	}
+	if over {
+		want := held - int(s.cfg.PoolLow*float64(extents)) // the fair-share reclaims count too
+		for _, c := range cands {
+			if len(out) >= want {
+				break
+			}
+			add(c, "pool above its high watermark")
+		}
 	}
 	return out
 }
+
+// fairGrant is how many extents one starvation report of a host below
+// its fair share gets it at most (one is being filled while the next is
+// reclaimed).
+const fairGrant = 2
 
 // reclaimMinAge: extents written more recently than this are not
 // reclaimed.

@@ -136,6 +136,9 @@ type hostView struct {
 	seen   time.Time
 	byID   map[uint64]objKey // this boot's object ids
 	synced bool              // a resync finished since this replica became leader
+	// fairAnswered is the host's latest msg.Pool.StarvedAt that the
+	// pool's fair-share rule answered (poolLocked).
+	fairAnswered int64
 }
 
 // Stats are a replica's counters.
@@ -185,7 +188,7 @@ func (s *Scheduler) Stats() Stats {
 	st.ViewObjects = len(s.view)
 	st.PendingCmds = len(s.sent)
 	st.Shared = len(s.shared)
-	st.PoolHeld, st.PoolExtents = s.poolUseLocked()
+	st.PoolHeld, st.PoolExtents, _ = s.poolUseLocked()
 	return st
 }
 

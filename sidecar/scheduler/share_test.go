@@ -116,6 +116,72 @@ func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
+// A host that found the pool full while holding less than its fair share
+// (a restarted host, beside one that shared every file) gets extents
+// reclaimed from the host above its share, least recently used first,
+// once per starvation it reports, though the pool is under its high
+// watermark; a host at its fair share gets none.
+func TestStarvedHostGetsItsFairShare(t *testing.T) {
+	s := decider(t, Config{})
+	now := time.Now()
+	s.mu.Lock()
+	report := func(h string, held []uint32, starvedAt int64) {
+		use := map[uint32]int64{}
+		for _, e := range held {
+			use[e] = now.Add(-time.Duration(100-e) * time.Second).UnixNano() // lower extents older
+		}
+		hv := s.hostLocked(h, dBoot)
+		hv.last = &msg.Report{Host: h, Boot: dBoot, Pool: &msg.Pool{Extents: 10, Held: held, LastUse: use, StarvedAt: starvedAt}}
+	}
+	// 10 extents, 3 live hosts: a fair share of 3. a holds 8 (0-7), b 1
+	// (8), c none and starved: 9 of 10 leased, not above 90%.
+	report("a", []uint32{0, 1, 2, 3, 4, 5, 6, 7}, 0)
+	report("b", []uint32{8}, 0)
+	report("c", nil, now.UnixNano())
+	cmds := s.poolLocked(now)
+	s.mu.Unlock()
+	var got []uint32
+	for _, c := range cmds {
+		if c.Op != msg.OpReclaim || c.Host != "a" {
+			t.Fatalf("command %+v, want reclaim on the host above its share, a", c)
+		}
+		got = append(got, c.Extent)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	if len(got) != fairGrant || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("reclaimed extents %v, want a's two least recently used [0 1]", got)
+	}
+	// The same starvation is answered once.
+	s.mu.Lock()
+	cmds = s.poolLocked(now)
+	s.mu.Unlock()
+	if len(cmds) != 0 {
+		t.Fatalf("one starvation answered twice: %+v", cmds)
+	}
+	// A later one is answered again (the first reclaims still pending:
+	// other extents).
+	for _, c := range got {
+		s.sent[msg.CommandID(msg.OpReclaim, "a", dBoot, c, now.Unix()/30)] = now
+	}
+	s.mu.Lock()
+	s.hosts["c"].last.Pool.StarvedAt = now.Add(time.Second).UnixNano()
+	cmds = s.poolLocked(now)
+	s.mu.Unlock()
+	if len(cmds) != fairGrant || cmds[0].Extent != 2 || cmds[1].Extent != 3 {
+		t.Fatalf("second starvation: %+v, want reclaims of a's extents 2 and 3", cmds)
+	}
+	// A starved host at its fair share gets nothing.
+	s.mu.Lock()
+	report("a", []uint32{0, 1, 2, 3, 4, 5}, 0)
+	report("c", []uint32{7, 8, 9}, now.Add(2*time.Second).UnixNano())
+	report("b", nil, 0)
+	cmds = s.poolLocked(now)
+	s.mu.Unlock()
+	if len(cmds) != 0 {
+		t.Fatalf("a host at its fair share got reclaims: %+v", cmds)
+	}
+}
+
 func TestStaleShareIsForcedAgainFromAComputingHost(t *testing.T) {
 	s := decider(t, Config{})
 	stored(s, "a", &msg.Pool{Extents: 10}, "f")
