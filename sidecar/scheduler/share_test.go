@@ -74,6 +74,21 @@ func TestWantedNameIsSharedByItsHolder(t *testing.T) {
 	}
 }
 
+// reclaimedOn returns the extents of cmds, sorted, failing unless every
+// command is a reclaim on host.
+func reclaimedOn(t *testing.T, cmds []*msg.Command, host string) []uint32 {
+	t.Helper()
+	var got []uint32
+	for _, c := range cmds {
+		if c.Op != msg.OpReclaim || c.Host != host {
+			t.Fatalf("command %+v, want a reclaim on %s", c, host)
+		}
+		got = append(got, c.Extent)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	return got
+}
+
 func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
 	s := decider(t, Config{})
 	now := time.Now()
@@ -94,14 +109,7 @@ func TestPoolAboveHighWatermarkReclaimsLeastRecentlyUsed(t *testing.T) {
 	cmds := s.poolLocked(now)
 	s.mu.Unlock()
 	// Down to 75%: 10 held - 7 = 3 reclaims, of extents 0, 2, 3.
-	var got []uint32
-	for _, c := range cmds {
-		if c.Op != msg.OpReclaim || c.Host != "a" {
-			t.Fatalf("command %+v, want reclaim on the holder a", c)
-		}
-		got = append(got, c.Extent)
-	}
-	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	got := reclaimedOn(t, cmds, "a")
 	if len(got) != 3 || got[0] != 0 || got[1] != 2 || got[2] != 3 {
 		t.Fatalf("reclaimed extents %v, want [0 2 3]", got)
 	}
@@ -140,14 +148,7 @@ func TestStarvedHostGetsItsFairShare(t *testing.T) {
 	report("c", nil, now.UnixNano())
 	cmds := s.poolLocked(now)
 	s.mu.Unlock()
-	var got []uint32
-	for _, c := range cmds {
-		if c.Op != msg.OpReclaim || c.Host != "a" {
-			t.Fatalf("command %+v, want reclaim on the host above its share, a", c)
-		}
-		got = append(got, c.Extent)
-	}
-	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	got := reclaimedOn(t, cmds, "a")
 	if len(got) != fairGrant || got[0] != 0 || got[1] != 1 {
 		t.Fatalf("reclaimed extents %v, want a's two least recently used [0 1]", got)
 	}
