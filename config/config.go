@@ -185,9 +185,9 @@ type Config struct {
 	Pool string
 	// PoolLeaseTTL is the lifetime of a pool extent lease.
 	PoolLeaseTTL time.Duration
-	// PoolShare is when files are shared to the pool: "wanted" (the
-	// default: when another host missed it) or "eager" (every KV file
-	// once written and stored, before another host asks).
+	// PoolShare is when files are shared to the pool: "eager" (the
+	// default: every KV file once written and stored, before another host
+	// asks) or "wanted" (when another host missed it).
 	PoolShare string
 	// PoolTargets are NVMe-oF targets to attach at start (YAML only); the
 	// first namespace found becomes the pool when Pool is empty.

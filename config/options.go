@@ -184,7 +184,7 @@ func table() []Option {
 			setString(func(c *Config) *string { return &c.Pool }), getString(func(c *Config) *string { return &c.Pool })),
 		opt("pool_lease_ttl", "30s", "lifetime of a pool extent lease (renewed at a third of it); a crashed host's extents are reclaimable after it",
 			setDuration(func(c *Config) *time.Duration { return &c.PoolLeaseTTL }), getDuration(func(c *Config) *time.Duration { return &c.PoolLeaseTTL })),
-		opt("pool_share", "wanted", "when KV files go to the G3.5 pool: wanted (only after another host missed it: fewer pool writes, fewer cross-host hits) or eager (each file once closed and written back, before another host asks; while the pool has room and this host leases under half of its extents)",
+		opt("pool_share", "eager", "when KV files go to the G3.5 pool: eager (each file once closed and written back, before another host asks; while the pool has room and this host leases under half of its extents) or wanted (only after another host missed it: fewer pool writes, fewer cross-host hits)",
 			setString(func(c *Config) *string { return &c.PoolShare }), getString(func(c *Config) *string { return &c.PoolShare })),
 		opt("log_level", "info", "log level: debug, info, warn or error",
 			setLogLevel, getString(func(c *Config) *string { return &c.LogLevel })),

@@ -517,8 +517,9 @@ func TestE2EPoolTraceReplay(t *testing.T) {
 		if withPool {
 			size = "1GiB"
 		}
-		// CTXMEM_POOL_SHARE=eager measures eager sharing (pool_share) in
-		// the pool run; unset, the daemons' default (wanted) applies.
+		// CTXMEM_POOL_SHARE=wanted measures sharing after a miss only
+		// (pool_share) in the pool run; unset, the daemons' default
+		// (eager) applies.
 		var extra []string
 		if withPool {
 			extra = poolShareArgs()
