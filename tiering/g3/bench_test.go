@@ -287,3 +287,41 @@ func reportPair(b *testing.B, g3, plain time.Duration) {
 	b.ReportMetric(mbps(plain), "plain-MB/s")
 	b.ReportMetric(plain.Seconds()/g3.Seconds(), "g3/plain")
 }
+
+// BenchmarkRecover4K times Open of a store holding 64 Ki blocks of 4 KiB
+// (the many-small-files case of issue 17: the recovery scan reads every
+// record header), with every segment but the newest sealed. The data is
+// written once; every iteration opens and closes the store.
+//
+//	go test -run '^$' -bench BenchmarkRecover4K -benchtime 5x ./tiering/g3
+func BenchmarkRecover4K(b *testing.B) {
+	const n = 64 << 10
+	dir := b.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: DefaultSegmentBytes, CapacityBytes: 4 << 30}
+	s := openT(b, opts)
+	data := tiertest.Pattern(k(0, 0), 4*kib, 0)
+	for i := range n {
+		if err := s.Put(context.Background(), k(uint64(1+i/4), uint32(i%4)), data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		s, err := Open(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := s.Usage().Blocks; got != n {
+			b.Fatalf("recovered %d blocks, want %d", got, n)
+		}
+		b.StopTimer()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/open")
+}
