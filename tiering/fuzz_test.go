@@ -17,7 +17,8 @@ import (
 //     non-negative size and ascending written runs, and survives
 //     encode → decode unchanged;
 //   - a record put writes (from the fields below, with runs from toRuns)
-//     decodes to itself.
+//     decodes to itself, in the binary form put writes and in the JSON
+//     form of earlier builds.
 func FuzzObjectRecord(f *testing.F) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	rec := objectRecord{Namespace: "kv", Kind: KindNBD, BlockSize: 64 << 10, Size: 1 << 20, Gen: 3, Pinned: true,
@@ -41,6 +42,9 @@ func FuzzObjectRecord(f *testing.F) {
 		seed("hugebs", []byte(`{"ns":"a","bs":4294967296,"size":8192,"state":"clean","written":[[0,0]]}`), rec, idx(4294967295)),
 		seed("badstate", []byte(`{"ns":"a","bs":4096,"state":"corrupt"}`), rec, nil),
 		seed("garbage", []byte(`{"ns":`), rec, nil),
+		seed("binary", mustEncode(f, &rec), rec, idx(0, 1, 2, 7, 9)),
+		seed("binary-short", mustEncode(f, &rec)[:9], rec, nil),
+		seed("binary-runs", []byte{recordV1, 0, 0, 0, 12, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, rec, nil),
 	)
 	f.Fuzz(func(t *testing.T, raw []byte, ns, kind string, bs int, size int64, gen uint64, pinned bool, created int64, dirty bool, blocks []byte) {
 		var got objectRecord
@@ -50,7 +54,10 @@ func FuzzObjectRecord(f *testing.F) {
 		})
 		if err == nil {
 			checkRecord(t, got)
-			again, _ := json.Marshal(got)
+			again, err := encodeObjectRecord(&got)
+			if err != nil {
+				t.Fatalf("accepted record does not encode: %v\n%+v", err, got)
+			}
 			back, err := decodeObjectRecord(again)
 			if err != nil || !sameRecord(back, got) {
 				t.Fatalf("accepted record does not survive encode/decode: %v\n%+v\n%+v", err, got, back)
@@ -72,12 +79,23 @@ func FuzzObjectRecord(f *testing.F) {
 			}
 		}
 		want.Written = toRuns(written)
+		validBS := bs >= 4096 && bs <= 4<<20 && bs&(bs-1) == 0
+		if bin, err := encodeObjectRecord(&want); err == nil {
+			back, err := decodeObjectRecord(bin)
+			if (err == nil) != (validBS && size >= 0) {
+				t.Fatalf("decode(encode(%+v)): %v", want, err)
+			}
+			if err == nil && !sameRecord(back, want) {
+				t.Fatalf("decode(encode(x)) = %+v, want %+v", back, want)
+			}
+		} else if bs > 0 && bs&(bs-1) == 0 && size >= 0 {
+			t.Fatalf("encode(%+v): %v", want, err)
+		}
 		enc, err := json.Marshal(want)
 		if err != nil {
 			return // not valid UTF-8 is replaced; times past year 9999 do not encode
 		}
 		back, err := decodeObjectRecord(enc)
-		validBS := bs >= 4096 && bs <= 4<<20 && bs&(bs-1) == 0
 		if (err == nil) != (validBS && size >= 0) {
 			t.Fatalf("decode(encode(%+v)): %v", want, err)
 		}
@@ -90,6 +108,15 @@ func FuzzObjectRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+func mustEncode(tb testing.TB, r *objectRecord) []byte {
+	tb.Helper()
+	b, err := encodeObjectRecord(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
 
 func checkRecord(t *testing.T, r objectRecord) {

@@ -2,7 +2,6 @@ package tiering
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -13,8 +12,9 @@ import (
 )
 
 // Object records persist in a bbolt file (DataDir/meta.db), bucket
-// "objects", key = object id (8 bytes big endian), value = JSON of
-// objectRecord. A record is written:
+// "objects", key = object id (8 bytes big endian), value = objectRecord in
+// the binary form of metarecord.go (JSON in earlier builds, still read).
+// A record is written:
 //   - never at Create: an object without a record does not survive a
 //     crash, exactly as if it were recorded dirty;
 //   - when a recorded-clean object becomes dirty (state dirty), before the
@@ -120,7 +120,7 @@ func openMeta(path string) (*metaDB, error) {
 }
 
 func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
-	v, err := json.Marshal(rec)
+	v, err := encodeObjectRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (m *metaDB) putMany(recs map[ObjectID]*objectRecord) error {
 	return m.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketObjects)
 		for id, rec := range recs {
-			v, err := json.Marshal(rec)
+			v, err := encodeObjectRecord(rec)
 			if err != nil {
 				return err
 			}
@@ -183,9 +183,9 @@ func (m *metaDB) load(fn func(ObjectID, *objectRecord)) (ObjectID, error) {
 // ascending, disjoint). Only a damaged or foreign value fails: put never
 // writes one.
 func decodeObjectRecord(v []byte) (objectRecord, error) {
-	var rec objectRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return objectRecord{}, fmt.Errorf("object record: %w", err)
+	rec, err := parseObjectRecord(v)
+	if err != nil {
+		return objectRecord{}, err
 	}
 	bs := rec.BlockSize
 	switch {
