@@ -1,0 +1,162 @@
+package heat
+
+import (
+	"sync"
+	"time"
+)
+
+// ArbiterPolicy evicts by whichever of two experts has been hitting more
+// lately on the current workload: the OrderDecay Policy (LRFU with TinyLFU
+// admission) or the DensityPolicy (learned hit density per class, after
+// LHD). Both experts order every resident block; Victim and ShouldAdmit
+// are the leader's. The leader is chosen as AdaptivePolicy chooses between
+// decay and LRU: with miniature simulations (C. A. Waldspurger,
+// T. Saemundsson, I. Ahmad, N. Park, "Cache Modeling and Optimization
+// using Miniature Simulations", USENIX ATC 2017), one shadow cache of
+// Capacity/R blocks per expert replaying the references to a fixed 1/R
+// sample of the keys (by hash), whose hits are counted with exponential
+// forgetting; the live order switches when the other shadow leads by more
+// than switchMargin. The choice between experts by their recent hits is
+// that of adaptive caching with expert advice (G. Vietri, L. V. Rodriguez,
+// W. A. Martinez, S. Lyons, J. Liu, R. Rangaswami, M. Zhao, G. Narasimhan,
+// "Driving Cache Replacement with ML-based LeCaR", HotStorage 2018),
+// scored here on exact shadow simulations rather than on ghost hits.
+//
+// Costs: those of a Policy and a DensityPolicy together, plus a shadow
+// replay through both for 1 reference in R (BenchmarkArbiterDecision,
+// BenchmarkStatePerBlock).
+//
+// An ArbiterPolicy is safe for concurrent use (one mutex).
+type ArbiterPolicy[K comparable] struct {
+	mu    sync.Mutex
+	cfg   PolicyConfig
+	depth func(K) int
+	// The decay expert also answers Contains, Len, Estimate and
+	// PredictReuse (both experts hold the same residents).
+	*decayExpert[K]
+	dens *DensityPolicy[K]
+
+	shDecay *Policy[uint64]
+	shDens  *DensityPolicy[uint64]
+	shCap   int
+	rate    uint64 // a key is sampled when Mix64(h^salt)%rate == 0
+	cur     int    // depth of the sampled reference being replayed
+	forget  float64
+	scores  [2]float64 // decayed shadow hits: decay, density
+	useDens bool
+}
+
+// decayExpert names ArbiterPolicy's embedded Policy without exporting it.
+type decayExpert[K comparable] = Policy[K]
+
+// NewArbiterPolicy returns an empty ArbiterPolicy. cfg is as for
+// NewPolicy (cfg.Order is ignored: the experts are OrderDecay and
+// density); depth is as for NewDensityPolicy.
+func NewArbiterPolicy[K comparable](cfg PolicyConfig, depth func(K) int) (*ArbiterPolicy[K], error) {
+	cfg.Order = OrderDecay
+	decay, err := NewPolicy[K](cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = decay.Config()
+	dens, err := NewDensityPolicy(cfg, depth)
+	if err != nil {
+		return nil, err
+	}
+	rate, shCap := shadowSize(cfg.Capacity)
+	scfg := cfg
+	scfg.Capacity = shCap
+	p := &ArbiterPolicy[K]{cfg: cfg, depth: depth, decayExpert: decay, dens: dens, shCap: shCap, rate: rate,
+		forget: 1 - 1/float64(scoreWindow*shCap), useDens: true}
+	if p.shDecay, err = NewPolicy[uint64](scfg); err != nil {
+		return nil, err
+	}
+	var shDepth func(uint64) int
+	if depth != nil {
+		shDepth = func(uint64) int { return p.cur }
+	}
+	if p.shDens, err = NewDensityPolicy(scfg, shDepth); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (p *ArbiterPolicy[K]) Config() PolicyConfig { return p.cfg }
+
+// Leader returns the expert currently followed: "decay" or "density".
+func (p *ArbiterPolicy[K]) Leader() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.useDens {
+		return "density"
+	}
+	return "decay"
+}
+
+func (p *ArbiterPolicy[K]) leader() Placer[K] {
+	if p.useDens {
+		return p.dens
+	}
+	return p.decayExpert
+}
+
+// Access is Policy.Access: it records one reference to k (hash h) and
+// reports whether k is resident.
+func (p *ArbiterPolicy[K]) Access(k K, h uint64, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rate == 1 || Mix64(h^0x5851f42d4c957f2d)%p.rate == 0 {
+		if p.depth != nil {
+			p.cur = p.depth(k)
+		}
+		d := replayRef(p.shDecay, h, h, p.shCap, now)
+		l := replayRef(p.shDens, h, h, p.shCap, now)
+		p.scores[0] *= p.forget
+		p.scores[1] *= p.forget
+		if d {
+			p.scores[0]++
+		}
+		if l {
+			p.scores[1]++
+		}
+		switch {
+		case p.useDens && p.scores[0] > p.scores[1]*(1+switchMargin):
+			p.useDens = false
+		case !p.useDens && p.scores[1] > p.scores[0]*(1+switchMargin):
+			p.useDens = true
+		}
+	}
+	p.dens.Access(k, h, now)
+	return p.decayExpert.Access(k, h, now)
+}
+
+// ShouldAdmit is the leader's ShouldAdmit.
+func (p *ArbiterPolicy[K]) ShouldAdmit(h uint64, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leader().ShouldAdmit(h, now)
+}
+
+// Insert is Policy.Insert (both experts).
+func (p *ArbiterPolicy[K]) Insert(k K, h uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.decayExpert.Insert(k, h, now)
+	p.dens.Insert(k, h, now)
+}
+
+// Victim returns the resident block the leader evicts next.
+func (p *ArbiterPolicy[K]) Victim() (K, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leader().Victim()
+}
+
+// Remove is Policy.Remove (both experts).
+func (p *ArbiterPolicy[K]) Remove(k K) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dens.Remove(k)
+	return p.decayExpert.Remove(k)
+}
