@@ -218,7 +218,7 @@ func TestDensityRobust(t *testing.T) {
 func TestDensityMooncake(t *testing.T) {
 	tr := loadMooncake(t)
 	want := map[string][]float64{
-		"density":           {0.1660, 0.2316, 0.2952},
+		"density":           {0.1669, 0.2350, 0.2984},
 		"density:depth=off": {0.1500, 0.2282, 0.2949},
 	}
 	for p, w := range want {
