@@ -22,6 +22,12 @@ import (
 // "Driving Cache Replacement with ML-based LeCaR", HotStorage 2018),
 // scored here on exact shadow simulations rather than on ghost hits.
 //
+// With a depth function the live decay expert also ranks a block just
+// inserted arbiterTailPenalty half-lives lower until the next block of its
+// chain follows it (the density expert has that as a class feature). The
+// shadows see only sampled keys, rarely two neighbours of a chain, so they
+// compare the experts without that feature.
+//
 // Costs: those of a Policy and a DensityPolicy together, plus a shadow
 // replay through both for 1 reference in R (BenchmarkArbiterDecision,
 // BenchmarkStatePerBlock).
@@ -44,7 +50,19 @@ type ArbiterPolicy[K comparable] struct {
 	forget  float64
 	scores  [2]float64 // decayed shadow hits: decay, density
 	useDens bool
+
+	lastKey          K
+	lastDepth        int
+	hasLast, lastNew bool
 }
+
+// arbiterTailPenalty is how much lower (in half-lives) the decay expert
+// ranks a block just inserted until the next block of its chain follows
+// it: a chain's last block is seldom reused (see DensityPolicy). Measured
+// on the bundled trace at 5,000 / 10,000 / 20,000 blocks: 0 → 0.1712 /
+// 0.2335 / 0.3003, 0.5 → 0.1711 / 0.2347 / 0.3022, 1 → 0.1711 / 0.2345 /
+// 0.3032, 4 → 0.1711 / 0.2344 / 0.3033.
+const arbiterTailPenalty = 1
 
 // decayExpert names ArbiterPolicy's embedded Policy without exporting it.
 type decayExpert[K comparable] = Policy[K]
@@ -128,6 +146,13 @@ func (p *ArbiterPolicy[K]) Access(k K, h uint64, now time.Time) bool {
 		}
 	}
 	p.dens.Access(k, h, now)
+	if p.depth != nil {
+		d := p.depth(k)
+		if p.hasLast && d == p.lastDepth+1 && p.lastNew {
+			p.decayExpert.shiftRank(p.lastKey, arbiterTailPenalty)
+		}
+		p.lastKey, p.lastDepth, p.hasLast, p.lastNew = k, d, true, false
+	}
 	return p.decayExpert.Access(k, h, now)
 }
 
@@ -142,7 +167,13 @@ func (p *ArbiterPolicy[K]) ShouldAdmit(h uint64, now time.Time) bool {
 func (p *ArbiterPolicy[K]) Insert(k K, h uint64, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.decayExpert.Insert(k, h, now)
+	if !p.decayExpert.Contains(k) {
+		p.decayExpert.Insert(k, h, now)
+		if p.depth != nil && p.hasLast && p.lastKey == k {
+			p.decayExpert.shiftRank(k, -arbiterTailPenalty)
+			p.lastNew = true
+		}
+	}
 	p.dens.Insert(k, h, now)
 }
 
