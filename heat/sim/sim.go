@@ -259,7 +259,7 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		c = newWTinyLFU(capacity, o.float("window", 0.01), o.float("protected", 0.8), o.int("sample", heat.DefaultSampleFactor))
 	case "density", "arbiter":
 		for _, k := range []string{"order", "halflife", "admit"} {
-			if _, ok := m[k]; ok && name == "density" || k == "order" && ok {
+			if _, ok := m[k]; ok && (name == "density" || k != "halflife") {
 				return nil, fmt.Errorf("%w: %s takes no %s option", ErrPolicy, name, k)
 			}
 		}
