@@ -81,6 +81,11 @@ func NewArbiterPolicy[K comparable](cfg PolicyConfig, depth func(K) int) (*Arbit
 	if err != nil {
 		return nil, err
 	}
+	// The experts' sketches would be the same (same size, same
+	// increments): density reads the decay expert's, which every Access
+	// (under p.mu) updates first. That saves a sketch update per reference
+	// and the sketch's memory.
+	dens.sk, dens.sharedSketch = decay.sk, true
 	rate, shCap := shadowSize(cfg.Capacity)
 	scfg := cfg
 	scfg.Capacity = shCap
@@ -145,6 +150,7 @@ func (p *ArbiterPolicy[K]) Access(k K, h uint64, now time.Time) bool {
 			p.useDens = true
 		}
 	}
+	hit := p.decayExpert.Access(k, h, now)
 	p.dens.Access(k, h, now)
 	if p.depth != nil {
 		d := p.depth(k)
@@ -153,7 +159,7 @@ func (p *ArbiterPolicy[K]) Access(k K, h uint64, now time.Time) bool {
 		}
 		p.lastKey, p.lastDepth, p.hasLast, p.lastNew = k, d, true, false
 	}
-	return p.decayExpert.Access(k, h, now)
+	return hit
 }
 
 // ShouldAdmit is the leader's ShouldAdmit.

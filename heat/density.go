@@ -100,21 +100,24 @@ type densityClass struct {
 //
 // A DensityPolicy is safe for concurrent use (one mutex).
 type DensityPolicy[K comparable] struct {
-	mu        sync.Mutex
-	cfg       PolicyConfig
-	depth     func(K) int
-	sk        *Sketch
-	ents      []densityEntry[K] // the residents, in no order
-	index     map[K]int         // resident key → its index in ents
-	clock     uint64            // references so far (Access calls)
-	rng       uint64            // sampling state (SplitMix64)
-	next      uint64            // clock of the next reconfiguration
-	cls       [nClass]densityClass
-	lastKey   K   // the block of the last Access (with a depth function)
-	lastDepth int // and its depth: the next Access at lastDepth+1 follows it
-	hasLast   bool
-	victim    K // the last Victim, returned again while it stays resident
-	hasVic    bool
+	mu    sync.Mutex
+	cfg   PolicyConfig
+	depth func(K) int
+	sk    *Sketch
+	// sharedSketch is set when sk belongs to an ArbiterPolicy's decay
+	// expert, which counts every reference in it before this one sees it.
+	sharedSketch bool
+	ents         []densityEntry[K] // the residents, in no order
+	index        map[K]int         // resident key → its index in ents
+	clock        uint64            // references so far (Access calls)
+	rng          uint64            // sampling state (SplitMix64)
+	next         uint64            // clock of the next reconfiguration
+	cls          [nClass]densityClass
+	lastKey      K   // the block of the last Access (with a depth function)
+	lastDepth    int // and its depth: the next Access at lastDepth+1 follows it
+	hasLast      bool
+	victim       K // the last Victim, returned again while it stays resident
+	hasVic       bool
 
 	// ghosts remember removed blocks for a while: their events (a hit
 	// when one comes back, an eviction when it is forgotten) are counted
@@ -196,7 +199,9 @@ func (p *DensityPolicy[K]) reconfigure() {
 func (p *DensityPolicy[K]) Access(k K, h uint64, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.sk.Increment(h)
+	if !p.sharedSketch {
+		p.sk.Increment(h)
+	}
 	p.clock++
 	if p.clock >= p.next {
 		p.reconfigure()
