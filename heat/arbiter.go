@@ -28,9 +28,15 @@ import (
 // shadows see only sampled keys, rarely two neighbours of a chain, so they
 // compare the experts without that feature.
 //
-// Costs: those of a Policy and a DensityPolicy together, plus a shadow
-// replay through both for 1 reference in R (BenchmarkArbiterDecision,
-// BenchmarkStatePerBlock).
+// On the Mooncake trace it gets the better expert's figure at every size
+// (or a little more); on the synthetic shapes of heat/sim it stays within
+// 0.001 of max(LRU, ARC) as density does (docs/tiering.md).
+//
+// Costs: those of a Policy and a DensityPolicy together (one sketch,
+// shared), plus a shadow replay through both for 1 reference in R: about
+// 5 µs of CPU per decision at 100,000 blocks on a loaded machine
+// (BenchmarkArbiterDecision) and 353 bytes per block with uint64 keys
+// (BenchmarkStatePerBlock).
 //
 // An ArbiterPolicy is safe for concurrent use (one mutex).
 type ArbiterPolicy[K comparable] struct {

@@ -79,8 +79,8 @@ type densityClass struct {
 // NSDI 2018). Blocks are grouped in classes by known references (the
 // TinyLFU sketch's estimate when inserted, plus hits), depth in their
 // prefix chain and whether the chain's next block was referenced right
-// after them (a chain's last block is seldom reused); per class and age (references since the block's last use)
-// it counts hits and evictions, and from them computes the hit density of
+// after them (a chain's last block is seldom reused); per class and age
+// (references since the block's last use) it counts hits and evictions, and from them computes the hit density of
 // a block of that class at that age. The victim is the lowest-density
 // block among densitySamples residents drawn at random. Removed blocks
 // stay a while as ghosts, whose comeback counts as a hit at its age, so
@@ -95,7 +95,7 @@ type densityClass struct {
 // Costs: Access, Insert and Remove are O(1) (map and slice updates),
 // Victim draws densitySamples residents; every max(residents, 1024)
 // references the densities are recomputed (O(classes × ages), about
-// 13,000 cells). Memory per resident block is about 210 bytes for uint64
+// 25,500 cells). Memory per resident block is about 210 bytes for uint64
 // keys, ghosts and sketch included (BenchmarkStatePerBlock).
 //
 // A DensityPolicy is safe for concurrent use (one mutex).

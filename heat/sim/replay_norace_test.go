@@ -213,13 +213,14 @@ func TestDensityRobust(t *testing.T) {
 }
 
 // TestDensityMooncake pins the density policy's figures on the bundled
-// trace (docs/tiering.md), with and without the depth feature: above LRU
-// and ARC at 5,000, 10,000 and 20,000 blocks.
+// trace (docs/tiering.md), with and without the depth feature, and the
+// arbiter's: above LRU and ARC at 5,000, 10,000 and 20,000 blocks.
 func TestDensityMooncake(t *testing.T) {
 	tr := loadMooncake(t)
 	want := map[string][]float64{
 		"density":           {0.1669, 0.2350, 0.2984},
 		"density:depth=off": {0.1500, 0.2282, 0.2949},
+		"arbiter":           {0.1711, 0.2345, 0.3032},
 	}
 	for p, w := range want {
 		for i, c := range DefaultCapacities() {
