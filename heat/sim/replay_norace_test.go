@@ -176,39 +176,49 @@ const densityTolerance = 0.002
 // out here because the scan shape's 500,000-block caches make it slow.)
 func TestDensityRobust(t *testing.T) {
 	robust := []string{"density", "arbiter"}
+	shapes := SyntheticShapes()
+	rows := make([]string, len(shapes)) // one table block per shape
+	// The shapes run in parallel (the replays are single-threaded).
+	t.Run("shapes", func(t *testing.T) {
+		for si, shape := range shapes {
+			t.Run(shape, func(t *testing.T) {
+				t.Parallel()
+				tr, err := Synthetic(shape, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b strings.Builder
+				d := tr.Distinct()
+				for _, pct := range []int{1, 5, 20} {
+					c := max(d*pct/100, 1)
+					hr := map[string]float64{}
+					for _, p := range append([]string{"lru", "arc"}, robust...) {
+						r, err := Simulate(tr, c, p)
+						if err != nil {
+							t.Fatal(err)
+						}
+						hr[p] = r.HitRatio
+					}
+					fmt.Fprintf(&b, "%-8s %5d%% %6d  %7.4f %7.4f", shape, pct, c, hr["lru"], hr["arc"])
+					floor := max(hr["lru"], hr["arc"])
+					for _, p := range robust {
+						fmt.Fprintf(&b, " %8.4f", hr[p])
+						if hr[p] < floor-densityTolerance {
+							t.Errorf("%s at %d blocks: %s %.4f < max(LRU, ARC) %.4f - %.3f", shape, c, p, hr[p], floor, densityTolerance)
+						}
+					}
+					b.WriteString("\n")
+				}
+				rows[si] = b.String()
+			})
+		}
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-8s %6s %6s  %7s %7s", "shape", "cap%", "blocks", "lru", "arc")
 	for _, p := range robust {
 		fmt.Fprintf(&b, " %8s", p)
 	}
-	b.WriteString("\n")
-	for _, shape := range SyntheticShapes() {
-		tr, err := Synthetic(shape, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := tr.Distinct()
-		for _, pct := range []int{1, 5, 20} {
-			c := max(d*pct/100, 1)
-			hr := map[string]float64{}
-			for _, p := range append([]string{"lru", "arc"}, robust...) {
-				r, err := Simulate(tr, c, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				hr[p] = r.HitRatio
-			}
-			fmt.Fprintf(&b, "%-8s %5d%% %6d  %7.4f %7.4f", shape, pct, c, hr["lru"], hr["arc"])
-			floor := max(hr["lru"], hr["arc"])
-			for _, p := range robust {
-				fmt.Fprintf(&b, " %8.4f", hr[p])
-				if hr[p] < floor-densityTolerance {
-					t.Errorf("%s at %d blocks: %s %.4f < max(LRU, ARC) %.4f - %.3f", shape, c, p, hr[p], floor, densityTolerance)
-				}
-			}
-			b.WriteString("\n")
-		}
-	}
+	b.WriteString("\n" + strings.Join(rows, ""))
 	t.Logf("block hit ratio on synthetic traces (seed 1):\n%s", b.String())
 }
 
