@@ -127,7 +127,8 @@ type Config struct {
 	G4PackSize int64
 	// G2Policy is G2's eviction policy: "decay" (LRFU with TinyLFU
 	// admission), "adaptive" (decay or LRU, whichever hits more on shadow
-	// caches) or "density" (learned hit density per class).
+	// caches), "density" (learned hit density per class) or "arbiter"
+	// (decay or density, whichever hits more on shadow caches).
 	G2Policy string
 	// HeatHalfLife is the heat-score decay half-life.
 	HeatHalfLife time.Duration

@@ -181,8 +181,8 @@ func (c Config) Validate() error {
 	if c.WriteBackDelay < 0 || c.WriteBackDelay > time.Second {
 		bad("writeback_delay", "%v must be between 0 and 1s", c.WriteBackDelay)
 	}
-	if c.G2Policy != "decay" && c.G2Policy != "adaptive" && c.G2Policy != "density" {
-		bad("g2_policy", "%q: want decay, adaptive or density", c.G2Policy)
+	if c.G2Policy != "decay" && c.G2Policy != "adaptive" && c.G2Policy != "density" && c.G2Policy != "arbiter" {
+		bad("g2_policy", "%q: want decay, adaptive, density or arbiter", c.G2Policy)
 	}
 	if c.HeatHalfLife <= 0 {
 		bad("heat_half_life", "must be positive")

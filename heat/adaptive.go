@@ -68,11 +68,7 @@ func NewAdaptivePolicy[K comparable](cfg PolicyConfig) (*AdaptivePolicy[K], erro
 		return nil, err
 	}
 	cfg = live.Config()
-	rate := uint64(DefaultShadowRate)
-	for rate > 1 && cfg.Capacity/int(rate) < minShadowCap {
-		rate /= 2
-	}
-	shCap := max(cfg.Capacity/int(rate), 1)
+	rate, shCap := shadowSize(cfg.Capacity)
 	scfg := cfg
 	scfg.Capacity = shCap
 	shDecay, err := NewPolicy[uint64](scfg)
@@ -86,6 +82,18 @@ func NewAdaptivePolicy[K comparable](cfg PolicyConfig) (*AdaptivePolicy[K], erro
 	}
 	return &AdaptivePolicy[K]{live: live, lru: newRankHeap[K, int64](), cfg: cfg, shDecay: shDecay, shLRU: shLRU,
 		shCap: shCap, rate: rate, forget: 1 - 1/float64(scoreWindow*shCap)}, nil
+}
+
+// shadowSize returns the sampling rate R (a key is sampled when its mixed
+// hash is 0 modulo R) and the capacity of a shadow cache for a live cache
+// of capacity blocks: R = DefaultShadowRate, halved while the shadow would
+// hold fewer than minShadowCap blocks.
+func shadowSize(capacity int) (rate uint64, shCap int) {
+	rate = uint64(DefaultShadowRate)
+	for rate > 1 && capacity/int(rate) < minShadowCap {
+		rate /= 2
+	}
+	return rate, max(capacity/int(rate), 1)
 }
 
 // Config returns the effective configuration (defaults filled in).

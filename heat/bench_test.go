@@ -174,6 +174,16 @@ func BenchmarkDensityDecision(b *testing.B) {
 	benchDecision(b, p)
 }
 
+// BenchmarkArbiterDecision is BenchmarkAdaptiveDecision for ArbiterPolicy
+// (with the depth feature).
+func BenchmarkArbiterDecision(b *testing.B) {
+	p, err := NewArbiterPolicy[uint64](PolicyConfig{Capacity: decisionKeys}, func(k uint64) int { return int(k % 40) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecision(b, p)
+}
+
 // decisionKeys is the resident count of the Decision benchmarks.
 const decisionKeys = 100000
 
@@ -208,6 +218,10 @@ func BenchmarkStatePerBlock(b *testing.B) {
 		{"adaptive", func() Placer[uint64] { p, _ := NewAdaptivePolicy[uint64](PolicyConfig{Capacity: n}); return p }},
 		{"density", func() Placer[uint64] {
 			p, _ := NewDensityPolicy[uint64](PolicyConfig{Capacity: n}, func(k uint64) int { return int(k % 40) })
+			return p
+		}},
+		{"arbiter", func() Placer[uint64] {
+			p, _ := NewArbiterPolicy[uint64](PolicyConfig{Capacity: n}, func(k uint64) int { return int(k % 40) })
 			return p
 		}},
 	}

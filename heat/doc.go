@@ -14,9 +14,10 @@
 //     (Einziger, Friedman, Manes, ACM ToS 2017). Not synchronized.
 //   - Policy[K]: the eviction order + admission decision the core asks.
 //     Safe for concurrent use. AdaptivePolicy[K] (decay or LRU, whichever
-//     hits more on shadow caches) and DensityPolicy[K] (learned hit
-//     density per class, LHD-style) are alternatives behind the same
-//     Placer[K] protocol (the daemon's g2_policy).
+//     hits more on shadow caches), DensityPolicy[K] (learned hit
+//     density per class, LHD-style) and ArbiterPolicy[K] (decay or
+//     density, whichever hits more on shadow caches) are alternatives
+//     behind the same Placer[K] protocol (the daemon's g2_policy).
 //   - Hits: atomic request/block/byte/per-level hit counters.
 //
 // The policy simulator that measures these on the Mooncake trace lives in

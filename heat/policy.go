@@ -354,3 +354,18 @@ func (p *Policy[K]) Estimate(h uint64) int {
 func (p *Policy[K]) PredictReuse(h uint64) bool {
 	return p.Estimate(h) >= p.cfg.ReuseMinCount
 }
+
+// shiftRank adds delta (in half-lives) to the OrderDecay rank of the
+// resident key k: a negative delta makes it be evicted as if its count
+// were 2^delta times smaller. It does nothing for other orders or a key
+// not resident.
+func (p *Policy[K]) shiftRank(k K, delta float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.decay == nil {
+		return
+	}
+	if it, ok := p.decay.get(k); ok {
+		p.decay.set(k, it.rank+delta, it.aux, it.hash)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // pattern read back byte-exact while G2 evicts to G3, with each policy.
 func TestE2EG2Policies(t *testing.T) {
 	bin := needE2E(t)
-	for _, policy := range []string{"decay", "adaptive", "density"} {
+	for _, policy := range []string{"decay", "adaptive", "density", "arbiter"} {
 		t.Run(policy, func(t *testing.T) {
 			d := harness.Start(t, bin, harness.Options{DRAM: "16MiB", G3Size: "512MiB", Extra: []string{"--g2-policy", policy}})
 			const files, size = 96, 512 << 10 // 48 MiB: three times G2

@@ -25,6 +25,13 @@ type placement struct {
 // to G4 instead of flash.
 const g3ReuseMinCount = 2
 
+// blockIndex is the density and arbiter policies' depth feature: the
+// block's index in its file, the position in the prefix chain when a file
+// holds a request's KV blocks in order (0 for every block of one-block
+// files). A read of block i+1 right after block i marks block i as
+// followed (not a chain's tail).
+func blockIndex(r bref) int { return int(r.idx) }
+
 func newPlacement(cfg Config) (*placement, error) {
 	// The sketch is sized for the number of G2 blocks of the smallest
 	// namespace block size we expect in numbers (64 KiB); it only affects
@@ -39,12 +46,11 @@ func newPlacement(cfg Config) (*placement, error) {
 	case "adaptive":
 		p, err = heat.NewAdaptivePolicy[bref](pcfg)
 	case "density":
-		// The depth feature is the block's index in its file: the
-		// position in the prefix chain when a file holds a request's
-		// KV blocks in order (0 for every block of one-block files).
-		p, err = heat.NewDensityPolicy(pcfg, func(r bref) int { return int(r.idx) })
+		p, err = heat.NewDensityPolicy(pcfg, blockIndex)
+	case "arbiter":
+		p, err = heat.NewArbiterPolicy(pcfg, blockIndex)
 	default:
-		err = fmt.Errorf("unknown policy %q (want decay, adaptive or density)", cfg.Policy)
+		err = fmt.Errorf("unknown policy %q (want decay, adaptive, density or arbiter)", cfg.Policy)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: heat policy: %v", ErrInvalid, err)

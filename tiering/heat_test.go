@@ -9,7 +9,7 @@ import (
 // TestPlacementPolicies: every Config.Policy name gives a placement that
 // keeps and evicts blocks; an unknown name is ErrInvalid.
 func TestPlacementPolicies(t *testing.T) {
-	for _, name := range []string{"", "decay", "adaptive", "density"} {
+	for _, name := range []string{"", "decay", "adaptive", "density", "arbiter"} {
 		pl, err := newPlacement(Config{G2Bytes: 64 << 20, Policy: name})
 		if err != nil {
 			t.Fatalf("%q: %v", name, err)

@@ -52,7 +52,7 @@ type Config struct {
 	// it, so a pool in bypass costs nothing but cross-host hits.
 	G35 tier.Tier
 	// Policy is G2's eviction policy: "decay" (the default, also for ""),
-	// "adaptive" or "density" (see newPlacement).
+	// "adaptive", "density" or "arbiter" (see newPlacement).
 	Policy string
 	// HeatHalfLife is the heat decay half-life (default 60 s).
 	HeatHalfLife time.Duration

@@ -40,7 +40,9 @@ func simCommand() *cli.Command {
 			"the G3 write filter's threshold, 0 writes every G2 victim to G3), adaptive[:halflife=D,sample=N,admit=on|off,reuse=N] " +
 			"(the heat policy following the better of its decay order and LRU, measured on sampled shadow caches), " +
 			"density[:sample=N,reuse=N,depth=on|off] (evicts the lowest learned hit density per class of reference count and age, " +
-			"and depth in the prefix chain, with ghosts of evicted blocks; depth=off leaves depth out). " +
+			"and depth in the prefix chain, with ghosts of evicted blocks; depth=off leaves depth out), " +
+			"arbiter[:halflife=D,sample=N,reuse=N,depth=on|off] (policy's decay order or density, whichever hits more " +
+			"on sampled shadow caches). " +
 			"Repeat --policy for several. --synthetic SHAPE[,SEED] replays a generated trace (recency, scan, zipf, loop, mix) instead.\n\n" +
 			"Sizes are bytes with binary units (4GiB, 512MiB, 1.5G); a tier of S bytes holds floor(S / --block-size) " +
 			"blocks. Every combination of --g2 and --g3 sizes is simulated with every policy. With a G3 (--g3 > 0) " +

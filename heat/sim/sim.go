@@ -257,10 +257,10 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		c = newARC(capacity)
 	case "wtinylfu":
 		c = newWTinyLFU(capacity, o.float("window", 0.01), o.float("protected", 0.8), o.int("sample", heat.DefaultSampleFactor))
-	case "density":
+	case "density", "arbiter":
 		for _, k := range []string{"order", "halflife", "admit"} {
-			if _, ok := m[k]; ok {
-				return nil, fmt.Errorf("%w: density takes no %s option", ErrPolicy, k)
+			if _, ok := m[k]; ok && (name == "density" || k != "halflife") {
+				return nil, fmt.Errorf("%w: %s takes no %s option", ErrPolicy, name, k)
 			}
 		}
 		cfg, err := policyConfig(o, capacity)
@@ -276,11 +276,14 @@ func newCache(name string, m map[string]string, capacity int) (cache, error) {
 		default:
 			return nil, fmt.Errorf("%w: depth=%q (want on or off)", ErrPolicy, v)
 		}
-		p, err := heat.NewDensityPolicy[uint64](cfg, depth)
+		if name == "density" {
+			pc.p, err = heat.NewDensityPolicy[uint64](cfg, depth)
+		} else {
+			pc.p, err = heat.NewArbiterPolicy[uint64](cfg, depth)
+		}
 		if err != nil {
 			return nil, err
 		}
-		pc.p = p
 		c = pc
 	case "policy", "adaptive":
 		cfg, err := policyConfig(o, capacity)
