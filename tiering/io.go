@@ -418,15 +418,16 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 	}
 	b.version = o.wseq
 	// covered and inPlace are reset where the dirty period ends (writeBack).
-	if boff <= b.covered && need > b.covered {
-		b.covered = need
+	w := b.w()
+	if boff <= w.covered && need > w.covered {
+		w.covered = need
 	} else {
-		b.inPlace = true
+		w.inPlace = true
 	}
 	// A block written whole since it was last stored has nothing left to
 	// coalesce: stored at once. A part rewritten in a block that was whole
 	// already (NBD, read-modify-write) is held back like any partial write.
-	s.markDirtyLocked(o, b, r, g, b.covered >= o.bs)
+	s.markDirtyLocked(o, b, r, g, w.covered >= o.bs)
 	s.touch(r, false)
 	return nil
 }
@@ -437,8 +438,9 @@ func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block, ur
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++
-		b.dirtyN = int64(len(g.buf))
-		s.g2dirty.Add(b.dirtyN)
+		w := b.w()
+		w.dirtyN = int64(len(g.buf))
+		s.g2dirty.Add(w.dirtyN)
 		s.g2mu.Lock()
 		s.place.remove(r)
 		s.g2mu.Unlock()

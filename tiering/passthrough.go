@@ -281,7 +281,7 @@ func (s *Store) growMemBlockLocked(o *object, b *blockState, g *g2block, need in
 		s.g2pinned.Add(delta)
 	}
 	if b.dirty {
-		b.dirtyN += delta
+		b.w().dirtyN += delta
 		s.g2dirty.Add(delta)
 	}
 	return nil

@@ -90,6 +90,9 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	b := o.blocks[r.idx]
 	if b != nil {
 		b.queued = false
+		if !b.dirty {
+			b.wb = nil // stored clean while it was queued
+		}
 	}
 	g := (*g2block)(nil)
 	if b != nil {
@@ -155,15 +158,23 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 	}
 	b.cleanVer = max(b.cleanVer, ver)
-	b.retries, b.failedAt = 0, time.Time{}
+	if w := b.wb; w != nil {
+		w.retries, w.failedAt = 0, time.Time{}
+	}
 	s.wbErr.Store(nil)
 	if b.version == ver && b.dirty {
 		b.dirty = false
-		b.dirtySince = 0
-		b.covered, b.inPlace = 0, false
 		o.dirty--
-		s.g2dirty.Add(-b.dirtyN)
-		b.dirtyN = 0
+		s.g2dirty.Add(-b.w().dirtyN)
+		if b.queued {
+			// Still in the write-back queue or held back: keep the entry's
+			// state (a popped clean block is dropped there, writeBack).
+			b.wb.dirtySince = 0
+			b.wb.covered, b.wb.inPlace = 0, false
+			b.wb.dirtyN = 0
+		} else {
+			b.wb = nil // the dirty period ended
+		}
 		s.noteStoredLocked(o)
 		if !o.held() && b.g2.Load() != nil {
 			s.g2mu.Lock()
@@ -198,12 +209,13 @@ func (s *Store) writeBack(r bref, buf []byte) {
 // other error, the object is dropped as lost and the reason counted.
 func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, dur Durability, err error) {
 	o.mu.Lock()
-	b.retries++
-	if b.failedAt.IsZero() {
-		b.failedAt = s.clk.Now()
+	w := b.w()
+	w.retries++
+	if w.failedAt.IsZero() {
+		w.failedAt = s.clk.Now()
 	}
 	s.maybeStoredLocked(o, r.idx, k, err)
-	tries, since := b.retries, s.clk.Since(b.failedAt)
+	tries, since := w.retries, s.clk.Since(w.failedAt)
 	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
 	if s.ctx.Err() != nil {
