@@ -124,7 +124,7 @@ func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) 
 // expediteLocked queues every held-back block of o for write-back now.
 // o.mu held for writing.
 func (s *Store) expediteLocked(o *object) {
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		if b.heldBack() {
 			b.wb.delayUntil = 0
 			s.enqueueWB(bref{o.id, idx})
@@ -258,7 +258,7 @@ func (s *Store) releaseOne(it delayItem, force bool, now int64) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	b := o.blocks[it.r.idx]
+	b := o.blocks.get(it.r.idx)
 	if o.deleted || b == nil || !b.heldBack() || b.wb.delaySeq != it.seq {
 		return // written back, dropped or expedited since
 	}

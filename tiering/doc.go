@@ -73,7 +73,7 @@
 //
 // # Block states
 //
-// A block is o.blocks[idx] (a *blockState, "b") of object o. Its state is
+// A block is o.blocks.get(idx) (a *blockState, "b"; blockmap.go) of object o. Its state is
 // encoded by these fields (object.go):
 //
 //	hole          b == nil: reads as zeros (errAwaitG4 while o.awaitG4)
@@ -203,7 +203,7 @@
 // under o.mu, give up or retry later if o.isBusy(idx); beginBusy; copy the
 // bytes to a private buffer; remember b, b.version and the key (its
 // generation); unlock; do the I/O; lock; apply the result only if the
-// object is not deleted, o.gen, o.blocks[idx] and b.version are unchanged,
+// object is not deleted, o.gen, o.blocks.get(idx) and b.version are unchanged,
 // else discardCopyLocked; endBusyLocked. So one key never has two versions
 // in flight, while writers are never blocked by a span (they only bump
 // b.version). Tier Gets may run under o.mu: ReadAt holds the read lock

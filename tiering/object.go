@@ -164,7 +164,7 @@ type object struct {
 	// written from G2-only eviction (evictObject).
 	lastWrite atomic.Int64
 	writers   atomic.Int32
-	blocks    map[uint32]*blockState
+	blocks    blockMap
 	// wseq numbers the object's block writes (blockState.version); it only
 	// grows, also across truncates and TRIMs that drop block states.
 	wseq uint64
@@ -272,8 +272,8 @@ func (o *object) record(state string) *objectRecord {
 	rec := &objectRecord{Namespace: o.ns, Kind: o.kind, Durability: o.dur.String(), BlockSize: o.bs, Size: o.size, Gen: o.gen,
 		Pinned: o.pinned, Created: o.created, State: state}
 	if state == stateClean {
-		idx := make([]uint32, 0, len(o.blocks))
-		for i := range o.blocks {
+		idx := make([]uint32, 0, o.blocks.len())
+		for i := range o.blocks.all() {
 			idx = append(idx, i)
 		}
 		rec.Written = toRuns(idx)

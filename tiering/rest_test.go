@@ -32,7 +32,7 @@ func TestObjectAtRestCarriesNoSpans(t *testing.T) {
 		o.mu.Lock()
 		busy, flushed, stale, dirty := o.busy, o.flushed, o.stale, o.dirty
 		var wb int
-		for _, b := range o.blocks {
+		for _, b := range o.blocks.all() {
 			if b.wb != nil {
 				wb++
 			}

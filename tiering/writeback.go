@@ -87,7 +87,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		return
 	}
 	o.mu.Lock()
-	b := o.blocks[r.idx]
+	b := o.blocks.get(r.idx)
 	if b != nil {
 		b.queued = false
 		if !b.dirty {
@@ -132,7 +132,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.mu.Unlock()
 		s.space.broadcast()
 	}()
-	if o.deleted || o.gen != k.Gen || o.blocks[r.idx] != b {
+	if o.deleted || o.gen != k.Gen || o.blocks.get(r.idx) != b {
 		// Removed, or dropped (and maybe written again) during the put:
 		// the copy in t is not the live block's.
 		s.discardCopyLocked(o, r.idx, t, k)
@@ -190,7 +190,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		if err != nil {
 			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
 			s.gc(staleT, k) // retried; the object stays unrecorded until then
-		} else if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[r.idx], staleT) {
+		} else if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks.get(r.idx), staleT) {
 			o.clearStale(r.idx, s.tierBit(staleT))
 		}
 	}
@@ -246,7 +246,7 @@ func (s *Store) discardCopyLocked(o *object, idx uint32, t tier.Tier, k tier.Key
 		s.gc(t, k) // the key is never written again
 		return
 	}
-	if s.holds(o.blocks[idx], t) {
+	if s.holds(o.blocks.get(idx), t) {
 		return // the live block's own copy
 	}
 	o.markStale(idx, s.tierBit(t))
@@ -306,7 +306,7 @@ func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
 	if !requeue {
 		return
 	}
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if !o.deleted && b != nil && b.dirty && !b.queued && s.ctx.Err() == nil {
 		b.queued = true
 		s.enqueueWB(bref{o.id, idx})
@@ -323,7 +323,7 @@ func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
 		return
 	}
 	o.mu.Lock()
-	if cur := o.blocks[r.idx]; cur == b && b.dirty && !b.queued {
+	if cur := o.blocks.get(r.idx); cur == b && b.dirty && !b.queued {
 		b.queued = true
 		s.enqueueWB(r)
 	}
@@ -446,7 +446,7 @@ func (s *Store) copyState(t tier.Tier, k tier.Key) (*object, int) {
 	if o.isBusy(k.Index) {
 		return nil, copyBusy
 	}
-	if s.holds(o.blocks[k.Index], t) {
+	if s.holds(o.blocks.get(k.Index), t) {
 		o.clearStale(k.Index, s.tierBit(t))
 		return nil, copyLive
 	}
