@@ -1,10 +1,12 @@
 package tiering
 
 import (
+	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"unsafe"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestBlockStateBytesAtRest bounds what a file's block states cost at rest
@@ -15,20 +17,13 @@ import (
 func TestBlockStateBytesAtRest(t *testing.T) {
 	const n = 100_000
 	objs := make([]blockMap, n)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range objs {
-		objs[i].set(0, &blockState{inG3: true, version: uint64(i), cleanVer: uint64(i)})
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
-	t.Logf("one-block file at rest: %.0f B of block state (plus the %d B blockMap in the object)", per, unsafe.Sizeof(blockMap{}))
-	if per > 80 {
-		t.Fatalf("a one-block file's state at rest costs %.0f B, want at most 80", per)
-	}
-	runtime.KeepAlive(objs)
+	testenv.HeapPer(t, n, fmt.Sprintf("one-block file's block state at rest (plus the %d B blockMap in the object)",
+		unsafe.Sizeof(blockMap{})), 80, func() any {
+		for i := range objs {
+			objs[i].set(0, &blockState{inG3: true, version: uint64(i), cleanVer: uint64(i)})
+		}
+		return objs
+	})
 }
 
 // TestBlockMapMatchesMap drives a blockMap and a Go map with the same

@@ -3,8 +3,9 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
+
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 )
 
 // TestViewMatchesModel drives the compact view and a plain nested-map
@@ -99,21 +100,13 @@ func TestViewBytesPerName(t *testing.T) {
 	for i := range paths {
 		paths[i] = fmt.Sprintf("sess%03d/layer/f%06d.kv", i%100, i)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
 	v := newView()
 	hv := &hostView{idx: v.hostIndex("host-a"), byID: map[uint64]nameRef{}}
-	for i, p := range paths {
-		hv.byID[uint64(i)] = v.hold(hv.idx, "default", p, uint64(i))
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
-	t.Logf("view: %.0f B per name (path strings excluded: they are the caller's)", per)
-	if per > 200 {
-		t.Fatalf("view costs %.0f B per name, want at most 200", per)
-	}
-	runtime.KeepAlive(v)
-	runtime.KeepAlive(hv)
+	// Path strings are excluded: they are the caller's (decoded events).
+	testenv.HeapPer(t, n, "scheduler view per name", 200, func() any {
+		for i, p := range paths {
+			hv.byID[uint64(i)] = v.hold(hv.idx, "default", p, uint64(i))
+		}
+		return []any{v, hv, paths}
+	})
 }
