@@ -182,7 +182,7 @@ func (s *Scheduler) Stats() Stats {
 	st.Acks = cloneMap(s.stats.Acks)
 	st.Commands = cloneMap(s.stats.Commands)
 	st.Hosts = len(s.hosts)
-	st.ViewObjects = s.names.n
+	st.ViewObjects = s.names.len()
 	st.PendingCmds = len(s.sent)
 	st.Shared = len(s.shared)
 	st.PoolHeld, st.PoolExtents = s.poolUseLocked()

@@ -65,6 +65,14 @@ func newView() *view {
 	return &view{nsID: map[string]uint32{}, hostID: map[string]uint32{}, dirs: map[dirKey]*dirEnt{}}
 }
 
+// len returns the number of names in the view (0 for a nil view).
+func (v *view) len() int {
+	if v == nil {
+		return 0
+	}
+	return v.n
+}
+
 // hostIndex returns host's index, assigning one on first use.
 func (v *view) hostIndex(host string) uint32 {
 	if i, ok := v.hostID[host]; ok {
@@ -92,8 +100,12 @@ func (v *view) nsIndex(ns string, add bool) (uint32, bool) {
 	return i, true
 }
 
-// lookup returns the slot of (ns, path), or ok false when no host holds it.
+// lookup returns the slot of (ns, path), or ok false when no host holds it
+// (or v is nil: a replica that never led has no view).
 func (v *view) lookup(ns, path string) (uint32, bool) {
+	if v == nil {
+		return 0, false
+	}
 	n, ok := v.nsIndex(ns, false)
 	if !ok {
 		return 0, false

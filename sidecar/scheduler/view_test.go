@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctxmem/ctxmemd/internal/testenv"
+	"github.com/ctxmem/ctxmemd/sidecar/msg"
 )
 
 // TestViewMatchesModel drives the compact view and a plain nested-map
@@ -109,4 +110,19 @@ func TestViewBytesPerName(t *testing.T) {
 		}
 		return []any{v, hv, paths}
 	})
+}
+
+// TestFollowerHasNoViewYet: a replica that never led (no view) answers
+// Stats and Holders, as it did with nil maps.
+func TestFollowerHasNoViewYet(t *testing.T) {
+	s, err := New(Config{Names: msg.For("unit")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ViewObjects != 0 || st.Leader {
+		t.Fatalf("stats of a follower: %+v", st)
+	}
+	if h := s.Holders("ns", "f"); len(h) != 0 {
+		t.Fatalf("holders from a follower: %v", h)
+	}
 }
