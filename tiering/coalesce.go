@@ -61,8 +61,10 @@ type delayed struct {
 	mu    sync.Mutex
 	items []delayItem // items[head:] are the entries, oldest first
 	head  int
-	ready *signal     // broadcast when the front may have become due
-	all   atomic.Bool // expedite every held-back block now
+	ready *signal // broadcast when the front may have become due
+	// seq numbers the entries (wbState.delaySeq), store-wide.
+	seq atomic.Uint64
+	all atomic.Bool // expedite every held-back block now
 	// pressed: dirty bytes were over the watermark when delayLoop last
 	// looked (it polls while so); writers wake it only on a crossing.
 	pressed atomic.Bool
@@ -86,22 +88,23 @@ func (s *Store) coalescing() bool { return s.cfg.WriteBackDelay > 0 && !s.volati
 // write-back stays queued. o.mu held for writing.
 func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) {
 	now := s.clk.Now().UnixNano()
-	if b.dirtySince == 0 {
-		b.dirtySince = now
+	w := b.w()
+	if w.dirtySince == 0 {
+		w.dirtySince = now
 	}
 	if !urgent && s.coalescing() && !s.closed.Load() && !s.delay.all.Load() {
-		due := min(now+int64(s.cfg.WriteBackDelay), b.dirtySince+delayMaxAge*int64(s.cfg.WriteBackDelay))
-		if b.inPlace {
-			due = b.dirtySince + rewriteMaxAge*int64(s.cfg.WriteBackDelay)
+		due := min(now+int64(s.cfg.WriteBackDelay), w.dirtySince+delayMaxAge*int64(s.cfg.WriteBackDelay))
+		if w.inPlace {
+			due = w.dirtySince + rewriteMaxAge*int64(s.cfg.WriteBackDelay)
 		}
 		switch {
 		case !b.queued:
 			b.queued = true
-			b.delayUntil = due
-			b.delaySeq++
-			s.pushDelayed(delayItem{r, due, b.delaySeq, b.dirtyN})
-		case b.delayUntil != 0:
-			b.delayUntil = max(b.delayUntil, due)
+			w.delayUntil = due
+			w.delaySeq = s.delay.seq.Add(1)
+			s.pushDelayed(delayItem{r, due, w.delaySeq, w.dirtyN})
+		case w.delayUntil != 0:
+			w.delayUntil = max(w.delayUntil, due)
 		}
 		if s.g2dirty.Load() > s.limits().Dirty/2 && s.delay.pressed.CompareAndSwap(false, true) {
 			s.delay.ready.broadcast() // crossed the watermark: release the oldest
@@ -112,8 +115,8 @@ func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) 
 	case !b.queued:
 		b.queued = true
 		s.enqueueWB(r)
-	case b.delayUntil != 0:
-		b.delayUntil = 0 // its delayed entry is skipped
+	case w.delayUntil != 0:
+		w.delayUntil = 0 // its delayed entry is skipped
 		s.enqueueWB(r)
 	}
 }
@@ -121,9 +124,9 @@ func (s *Store) queueDirtyLocked(o *object, b *blockState, r bref, urgent bool) 
 // expediteLocked queues every held-back block of o for write-back now.
 // o.mu held for writing.
 func (s *Store) expediteLocked(o *object) {
-	for idx, b := range o.blocks {
-		if b.queued && b.delayUntil != 0 {
-			b.delayUntil = 0
+	for idx, b := range o.blocks.all() {
+		if b.heldBack() {
+			b.wb.delayUntil = 0
 			s.enqueueWB(bref{o.id, idx})
 		}
 	}
@@ -255,14 +258,14 @@ func (s *Store) releaseOne(it delayItem, force bool, now int64) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	b := o.blocks[it.r.idx]
-	if o.deleted || b == nil || b.delaySeq != it.seq || !b.queued || b.delayUntil == 0 {
+	b := o.blocks.get(it.r.idx)
+	if o.deleted || b == nil || !b.heldBack() || b.wb.delaySeq != it.seq {
 		return // written back, dropped or expedited since
 	}
-	if !force && b.delayUntil > now {
-		s.pushDelayed(delayItem{it.r, b.delayUntil, it.seq, it.n})
+	if !force && b.wb.delayUntil > now {
+		s.pushDelayed(delayItem{it.r, b.wb.delayUntil, it.seq, it.n})
 		return
 	}
-	b.delayUntil = 0
+	b.wb.delayUntil = 0
 	s.enqueueWB(it.r)
 }

@@ -87,7 +87,7 @@ func (s *Store) RestoreEstimate(id ObjectID) (d time.Duration, slowest string, e
 	}
 	defer o.mu.RUnlock()
 	worst := tiG2
-	for _, b := range o.blocks {
+	for _, b := range o.blocks.all() {
 		if b == nil || b.g2.Load() != nil {
 			continue
 		}

@@ -73,15 +73,15 @@
 //
 // # Block states
 //
-// A block is o.blocks[idx] (a *blockState, "b") of object o. Its state is
+// A block is o.blocks.get(idx) (a *blockState, "b"; blockmap.go) of object o. Its state is
 // encoded by these fields (object.go):
 //
 //	hole          b == nil: reads as zeros (errAwaitG4 while o.awaitG4)
 //	dirty         b.dirty and b.g2 != nil; counted in o.dirty and, by
-//	              b.dirtyN bytes, in Store.g2dirty; out of the eviction order
-//	held back     dirty, b.queued, b.delayUntil != 0: an entry of
-//	              Store.delay, valid while its seq equals b.delaySeq
-//	queued        dirty, b.queued, b.delayUntil == 0: in Store.wbQueue
+//	              b.wb.dirtyN bytes, in Store.g2dirty; out of the eviction order
+//	held back     dirty, b.queued, b.wb.delayUntil != 0: an entry of
+//	              Store.delay, valid while its seq equals b.wb.delaySeq
+//	queued        dirty, b.queued, b.wb.delayUntil == 0: in Store.wbQueue
 //	busy          o.busy[idx] > 0: a put, delete or fsck read of the key
 //	              runs without o.mu (combines with any state above)
 //	clean in G2   !b.dirty, b.g2 != nil and inG3, inG35 or inG4 set;
@@ -93,9 +93,12 @@
 //	lost          no copy left: the object is removed (o.deleted)
 //
 // b.version (from o.wseq, never reused) names the bytes; b.cleanVer is the
-// latest version stored below G2; b.covered and b.inPlace decide how long
-// coalescing holds a block back; b.retries and b.failedAt count failed
-// write-backs. In a G2-only store (no G3, no G4) no block is ever dirty.
+// latest version stored below G2. b.wb (a wbState) exists only for a dirty
+// period: made by writeBlock or markDirtyLocked, dropped when writeBack
+// stores the block clean and it is not queued (a block at rest has none);
+// in it covered and inPlace decide how long coalescing holds a block back,
+// and retries and failedAt count failed write-backs. In a G2-only store
+// (no G3, no G4) no block is ever dirty.
 //
 //	hole, clean in G2, below only
 //	     | writeBlock, adoptLocked, copyForwardLocked
@@ -200,7 +203,7 @@
 // under o.mu, give up or retry later if o.isBusy(idx); beginBusy; copy the
 // bytes to a private buffer; remember b, b.version and the key (its
 // generation); unlock; do the I/O; lock; apply the result only if the
-// object is not deleted, o.gen, o.blocks[idx] and b.version are unchanged,
+// object is not deleted, o.gen, o.blocks.get(idx) and b.version are unchanged,
 // else discardCopyLocked; endBusyLocked. So one key never has two versions
 // in flight, while writers are never blocked by a span (they only bump
 // b.version). Tier Gets may run under o.mu: ReadAt holds the read lock

@@ -84,7 +84,7 @@ func (s *Store) evictOne(r bref) bool {
 // evictBlock drops block r's G2 copy (see evictOne).
 func (s *Store) evictBlock(o *object, r bref) {
 	o.mu.Lock()
-	b := o.blocks[r.idx]
+	b := o.blocks.get(r.idx)
 	if o.deleted || b == nil || b.dirty || o.held() || b.g2.Load() == nil {
 		o.mu.Unlock()
 		return
@@ -109,7 +109,7 @@ func (s *Store) evictBlock(o *object, r bref) {
 				cancel()
 				s.pool.put(buf)
 				o.mu.Lock()
-				live := !o.deleted && o.gen == k.Gen && o.blocks[r.idx] == b
+				live := !o.deleted && o.gen == k.Gen && o.blocks.get(r.idx) == b
 				switch {
 				case err == nil && live && b.version == ver:
 					b.inG3 = true
@@ -159,7 +159,7 @@ func (s *Store) evictObject(o *object) bool {
 		return false // open by passthrough: kept for now
 	}
 	recent := o.writers.Load() > 0 || s.clk.Since(time.Unix(0, o.lastWrite.Load())) < volatileWriteGrace
-	blocks := len(o.blocks)
+	blocks := o.blocks.len()
 	o.mu.RUnlock()
 	if gone {
 		return true // not evictable: leaves the eviction order
@@ -228,7 +228,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	o.mu.Lock()
-	b := o.blocks[k.Index]
+	b := o.blocks.get(k.Index)
 	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil || !b.inG3 {
 		o.mu.Unlock()
 		return id, true
@@ -330,7 +330,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	defer o.mu.Unlock()
 	defer s.endBusyLocked(o, k.Index, true)
 	s.maybeStoredLocked(o, k.Index, k, err)
-	if o.deleted || o.gen != k.Gen || o.blocks[k.Index] != b {
+	if o.deleted || o.gen != k.Gen || o.blocks.get(k.Index) != b {
 		if err == nil {
 			s.discardCopyLocked(o, k.Index, s.g4, k)
 		}

@@ -351,7 +351,7 @@ func (f *fscker) walk(ctx context.Context, want [nTiers]bool, out chan<- fsckIte
 		batch = batch[:0]
 		o.mu.RLock()
 		if !o.deleted {
-			for idx, b := range o.blocks {
+			for idx, b := range o.blocks.all() {
 				for _, ti := range []int{tiG3, tiG35, tiG4} {
 					if want[ti] && s.holds(b, s.tierAt(ti)) {
 						batch = append(batch, fsckItem{o: o, idx: idx, b: b, ti: ti})
@@ -416,7 +416,7 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 		return false
 	}
 	o.mu.Lock()
-	if o.deleted || o.blocks[it.idx] != it.b || !s.holds(it.b, t) {
+	if o.deleted || o.blocks.get(it.idx) != it.b || !s.holds(it.b, t) {
 		o.mu.Unlock()
 		return false // dropped, rewritten elsewhere or removed since the walk
 	}
@@ -440,7 +440,7 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 		return abandoned // interrupted: not counted
 	}
 	b := it.b
-	if o.deleted || o.gen != k.Gen || o.blocks[it.idx] != b || !s.holds(b, t) {
+	if o.deleted || o.gen != k.Gen || o.blocks.get(it.idx) != b || !s.holds(b, t) {
 		// Changed during the read (G3's reclaim forgot the copy, a
 		// truncate dropped the block): the result is about a copy the
 		// block no longer has.

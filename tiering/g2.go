@@ -67,7 +67,7 @@ func (s *Store) moveG2(b *blockState, g, ng *g2block) {
 	b.g2.Store(ng)
 	if b.dirty {
 		delta := int64(len(ng.buf) - len(g.buf))
-		b.dirtyN += delta
+		b.w().dirtyN += delta
 		s.g2dirty.Add(delta)
 	}
 }

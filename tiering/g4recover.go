@@ -144,7 +144,7 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 			continue
 		}
 		o.mu.Lock()
-		if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || o.blocks[k.Index] != b || b.version != 0 {
+		if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || o.blocks.get(k.Index) != b || b.version != 0 {
 			// Dropped, truncated or written since recovery: the live
 			// paths own its flags now (and copyState its G4 copy).
 			o.mu.Unlock()
@@ -179,10 +179,10 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 				if k.Namespace != o.ns || k.Gen != o.gen || int64(k.Index)*int64(o.bs) >= o.size {
 					continue
 				}
-				if o.blocks[k.Index] != nil {
+				if o.blocks.get(k.Index) != nil {
 					continue // in G3 too: G3 wins (recoverDevice); the G4 copy is garbage
 				}
-				o.blocks[k.Index] = &blockState{inG4: true}
+				o.blocks.set(k.Index, &blockState{inG4: true})
 				used[k] = true
 				merged++
 			}

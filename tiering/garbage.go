@@ -189,7 +189,7 @@ func (s *Store) copyUse(t tier.Tier, k tier.Key) int {
 		return useGarbage // the key is never written again
 	case o.isBusy(k.Index):
 		return useBusy
-	case s.holds(o.blocks[k.Index], t):
+	case s.holds(o.blocks.get(k.Index), t):
 		return useLive
 	}
 	return useGarbage

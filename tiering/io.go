@@ -81,7 +81,7 @@ func (s *Store) ReadAt(ctx context.Context, id ObjectID, p []byte, off int64) (i
 // returns the tier index that served it (tiG2 also for holes). more says
 // the read goes on past this block. o.mu is held for reading.
 func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, dst []byte, more bool) (int, error) {
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if b == nil {
 		if o.awaitG4 {
 			return 0, errAwaitG4 // the hole may be a block only G4 holds
@@ -101,7 +101,7 @@ func (s *Store) readBlock(ctx context.Context, o *object, idx uint32, boff int, 
 			// read elsewhere costs one block's GET), with room up to
 			// G2's high watermark.
 			room := int64(-1)
-			if more || idx == 0 || o.blocks[idx-1] != nil && o.blocks[idx-1].g2.Load() != nil {
+			if more || idx == 0 || o.blocks.get(idx-1) != nil && o.blocks.get(idx-1).g2.Load() != nil {
 				room = int64(s.limits().High*float64(s.limits().Bytes)) - s.g2used.Load() - int64(blen)
 			}
 			var ok bool
@@ -241,7 +241,7 @@ func (s *Store) promote(ctx context.Context, o *object, idx uint32, force bool) 
 	if o.deleted {
 		return ErrNotExist
 	}
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if b == nil || b.g2.Load() != nil {
 		return nil
 	}
@@ -356,10 +356,10 @@ func (s *Store) markMetaDirty(o *object) error {
 // once the whole write is done (to size the buffer). o.mu held for writing.
 func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int, data []byte, newEnd int64) error {
 	r := bref{o.id, idx}
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if b == nil {
 		b = &blockState{}
-		o.blocks[idx] = b
+		o.blocks.set(idx, b)
 	}
 	need := boff + len(data)
 	g := b.g2.Load()
@@ -418,15 +418,16 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 	}
 	b.version = o.wseq
 	// covered and inPlace are reset where the dirty period ends (writeBack).
-	if boff <= b.covered && need > b.covered {
-		b.covered = need
+	w := b.w()
+	if boff <= w.covered && need > w.covered {
+		w.covered = need
 	} else {
-		b.inPlace = true
+		w.inPlace = true
 	}
 	// A block written whole since it was last stored has nothing left to
 	// coalesce: stored at once. A part rewritten in a block that was whole
 	// already (NBD, read-modify-write) is held back like any partial write.
-	s.markDirtyLocked(o, b, r, g, b.covered >= o.bs)
+	s.markDirtyLocked(o, b, r, g, w.covered >= o.bs)
 	s.touch(r, false)
 	return nil
 }
@@ -437,8 +438,9 @@ func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block, ur
 	if !b.dirty {
 		b.dirty = true
 		o.dirty++
-		b.dirtyN = int64(len(g.buf))
-		s.g2dirty.Add(b.dirtyN)
+		w := b.w()
+		w.dirtyN = int64(len(g.buf))
+		s.g2dirty.Add(w.dirtyN)
 		s.g2mu.Lock()
 		s.place.remove(r)
 		s.g2mu.Unlock()
@@ -469,7 +471,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		return nil
 	}
 	if size == 0 {
-		for idx := range o.blocks {
+		for idx := range o.blocks.all() {
 			s.dropBlockLocked(o, idx)
 		}
 		if err := s.markMetaDirty(o); err != nil {
@@ -494,13 +496,13 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	}
 	if size < o.size {
 		last := uint32((size - 1) / int64(o.bs))
-		for idx := range o.blocks {
+		for idx := range o.blocks.all() {
 			if idx > last {
 				s.dropBlockLocked(o, idx)
 			}
 		}
 		tail := int(size - int64(last)*int64(o.bs))
-		if b := o.blocks[last]; b != nil && tail < o.blockLen(last) {
+		if b := o.blocks.get(last); b != nil && tail < o.blockLen(last) {
 			// Zero the bytes past the new end inside the last block by
 			// rewriting its tail: read-modify-write through G2.
 			zeros := make([]byte, o.blockLen(last)-tail)
@@ -669,7 +671,7 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		idx := uint32(pos / int64(o.bs))
 		boff := int(pos % int64(o.bs))
 		cnt := int(min(int64(o.bs-boff), end-pos))
-		if b := o.blocks[idx]; b != nil {
+		if b := o.blocks.get(idx); b != nil {
 			if boff == 0 && cnt >= o.blockLen(idx) {
 				s.dropBlockLocked(o, idx)
 			} else {
@@ -720,7 +722,7 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 	}
 	s.expediteLocked(o)
 	snap := make(map[uint32]uint64, o.dirty)
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		if b.dirty {
 			snap[idx] = b.version
 		}
@@ -749,7 +751,7 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 		for idx, v := range snap {
 			// A stale copy of the key (TRIM then rewrite) must be gone too:
 			// recovery of an export prefers G3's copy.
-			if b := o.blocks[idx]; (b == nil || !b.dirty || b.cleanVer >= v) && o.stale[idx] == 0 {
+			if b := o.blocks.get(idx); (b == nil || !b.dirty || b.cleanVer >= v) && o.stale[idx] == 0 {
 				delete(snap, idx)
 			}
 			if v == 0 && o.stale[idx] == 0 {

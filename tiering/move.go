@@ -100,8 +100,8 @@ func (s *Store) movable(ctx context.Context, id ObjectID) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	idxs := make([]uint32, 0, len(o.blocks))
-	for idx := range o.blocks {
+	idxs := make([]uint32, 0, o.blocks.len())
+	for idx := range o.blocks.all() {
 		idxs = append(idxs, idx)
 	}
 	o.mu.RUnlock()
@@ -167,7 +167,7 @@ func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier
 	off := 0
 	for _, idx := range idxs {
 		var dst []byte
-		if b := o.blocks[idx]; b != nil && !b.inG4 {
+		if b := o.blocks.get(idx); b != nil && !b.inG4 {
 			dst = buf.get(off) // the block's bytes are to be put
 		}
 		it, ok, err := s.sinkPrepLocked(ctx, o, idx, dst)
@@ -257,7 +257,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 // read into buf and a busy span begun, to be ended by sinkDoneLocked.
 // Errors: ErrNotExist, a read error.
 func (s *Store) sinkPrepLocked(ctx context.Context, o *object, idx uint32, buf []byte) (it sinkItem, ok bool, err error) {
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if o.deleted {
 		return it, false, ErrNotExist
 	}
@@ -287,7 +287,7 @@ func (s *Store) sinkDoneLocked(o *object, it sinkItem, err error) (moved bool, r
 	defer s.endBusyLocked(o, it.idx, true)
 	b := it.b
 	s.maybeStoredLocked(o, it.idx, it.k, err)
-	live := !o.deleted && o.gen == it.k.Gen && o.blocks[it.idx] == b && b.version == it.ver
+	live := !o.deleted && o.gen == it.k.Gen && o.blocks.get(it.idx) == b && b.version == it.ver
 	if !live {
 		if err == nil {
 			s.discardCopyLocked(o, it.idx, s.g4, it.k)
@@ -357,7 +357,7 @@ func (s *Store) demote(ctx context.Context, id ObjectID) (MoveResult, error) {
 			return res, ErrNotExist
 		}
 		o.mu.RLock()
-		b := o.blocks[idx]
+		b := o.blocks.get(idx)
 		resident := b != nil && b.g2.Load() != nil
 		o.mu.RUnlock()
 		if !resident {
@@ -402,8 +402,8 @@ func (s *Store) Residency(id ObjectID) (Residency, error) {
 		return Residency{}, err
 	}
 	defer o.mu.RUnlock()
-	r := Residency{Blocks: len(o.blocks), Pinned: o.pinned, Kind: o.kind, Durability: o.dur, Namespace: o.ns, Size: o.size}
-	for _, b := range o.blocks {
+	r := Residency{Blocks: o.blocks.len(), Pinned: o.pinned, Kind: o.kind, Durability: o.dur, Namespace: o.ns, Size: o.size}
+	for _, b := range o.blocks.all() {
 		if b.g2.Load() != nil {
 			r.G2++
 		}

@@ -89,9 +89,21 @@ type blockState struct {
 	// so a put that started before a truncate dropped the block can never
 	// be mistaken for a put of the block written after it.
 	version uint64
-	dirtyN  int64 // bytes this block adds to Store.g2dirty while dirty
 	// cleanVer is the latest version stored below G2 (NBD FLUSH waits for it).
 	cleanVer uint64
+	// wb is the state of the block's dirty period and write-back, made
+	// when the period starts (writeBlock, markDirtyLocked: never nil while
+	// dirty is set) and dropped when writeBack stores the block clean and
+	// it is not queued, so that a block at rest carries only the fields
+	// above (issue 17). A nil wb reads as a zero wbState.
+	wb *wbState
+}
+
+// wbState is the part of a blockState that matters only while the block
+// is dirty or being written back (see blockState.wb). Guarded, like every
+// blockState field but g2, by the object's write lock.
+type wbState struct {
+	dirtyN   int64     // bytes this block adds to Store.g2dirty while dirty
 	retries  int       // consecutive failed write-backs
 	failedAt time.Time // first of those failures
 	// Coalescing (coalesce.go): a dirty block queued but held back while
@@ -99,7 +111,9 @@ type blockState struct {
 	// (unix ns; 0: not held back, in the write-back queue if queued);
 	// dirtySince (unix ns) is its first write since it was last stored,
 	// which bounds the holding back; delaySeq names its current entry in
-	// the delayed list (older entries of the block are skipped).
+	// the delayed list (older entries of the block are skipped). delaySeq
+	// comes from the store-wide delayed.seq, so an entry never matches a
+	// later wbState of the same block.
 	delayUntil, dirtySince int64
 	delaySeq               uint64
 	// covered is how many bytes from the block's start were written
@@ -114,6 +128,19 @@ type blockState struct {
 	// held back by age (rewriteMaxAge), not until it is idle.
 	inPlace bool
 }
+
+// w returns b's write-back state, making it if b has none. o.mu held for
+// writing.
+func (b *blockState) w() *wbState {
+	if b.wb == nil {
+		b.wb = &wbState{}
+	}
+	return b.wb
+}
+
+// heldBack reports whether b waits in the delayed list (queued with a due
+// time). o.mu held.
+func (b *blockState) heldBack() bool { return b.queued && b.wb != nil && b.wb.delayUntil != 0 }
 
 // object is the in-memory state of one object.
 //
@@ -137,7 +164,7 @@ type object struct {
 	// written from G2-only eviction (evictObject).
 	lastWrite atomic.Int64
 	writers   atomic.Int32
-	blocks    map[uint32]*blockState
+	blocks    blockMap
 	// wseq numbers the object's block writes (blockState.version); it only
 	// grows, also across truncates and TRIMs that drop block states.
 	wseq uint64
@@ -245,8 +272,8 @@ func (o *object) record(state string) *objectRecord {
 	rec := &objectRecord{Namespace: o.ns, Kind: o.kind, Durability: o.dur.String(), BlockSize: o.bs, Size: o.size, Gen: o.gen,
 		Pinned: o.pinned, Created: o.created, State: state}
 	if state == stateClean {
-		idx := make([]uint32, 0, len(o.blocks))
-		for i := range o.blocks {
+		idx := make([]uint32, 0, o.blocks.len())
+		for i := range o.blocks.all() {
 			idx = append(idx, i)
 		}
 		rec.Written = toRuns(idx)

@@ -281,7 +281,7 @@ func (s *Store) growMemBlockLocked(o *object, b *blockState, g *g2block, need in
 		s.g2pinned.Add(delta)
 	}
 	if b.dirty {
-		b.dirtyN += delta
+		b.w().dirtyN += delta
 		s.g2dirty.Add(delta)
 	}
 	return nil
@@ -332,7 +332,7 @@ func (o *object) residentInMemFile() bool {
 	if o.mf == nil {
 		return false
 	}
-	for _, b := range o.blocks {
+	for _, b := range o.blocks.all() {
 		if g := b.g2.Load(); g == nil || g.mf == nil {
 			return false
 		}
@@ -445,7 +445,7 @@ func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs ma
 func (s *Store) countOpenLocked(o *object, srcs map[uint32]int) {
 	s.c.readRequests.Add(1)
 	allG2 := true
-	for idx := range o.blocks {
+	for idx := range o.blocks.all() {
 		n := o.blockLen(idx)
 		if n == 0 {
 			continue
@@ -459,7 +459,7 @@ func (s *Store) countOpenLocked(o *object, srcs map[uint32]int) {
 		}
 		s.touch(bref{o.id, idx}, false)
 		s.countHit(src, n)
-		if b := o.blocks[idx]; b != nil {
+		if b := o.blocks.get(idx); b != nil {
 			if g := b.g2.Load(); g != nil {
 				s.usedPrestaged(g) // the open will read it through the kernel
 			}
@@ -564,7 +564,7 @@ func (s *Store) trimMemFiles() {
 // (tried again at the next trim). o.mu held for writing, no passthrough
 // open.
 func (s *Store) fromMemFileLocked(o *object) {
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		g := b.g2.Load()
 		if g == nil || g.mf == nil {
 			continue
@@ -595,7 +595,7 @@ func (s *Store) fromMemFileLocked(o *object) {
 // frees its pages once no mapping holds them. o.mu held for writing,
 // o.retirable().
 func (s *Store) retireMemFileLocked(o *object) {
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		g := b.g2.Load()
 		if g == nil || g.mf == nil || b.dirty {
 			continue
@@ -614,7 +614,7 @@ func (s *Store) retireMemFileLocked(o *object) {
 // made one (the caller trims the memory files after unlocking). o.mu held
 // for writing.
 func (s *Store) maybeMemFileLocked(o *object, end int64) bool {
-	if !s.cfg.MemFiles || o.mf != nil || o.dur == DurabilityDevice || len(o.blocks) > 0 ||
+	if !s.cfg.MemFiles || o.mf != nil || o.dur == DurabilityDevice || o.blocks.len() > 0 ||
 		!s.pt.reserve(s.cfg.PassthroughMaxFiles) {
 		return false
 	}
@@ -654,13 +654,13 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 		return nil, err
 	}
 	var srcs map[uint32]int
-	idxs := make([]uint32, 0, len(o.blocks))
-	for idx := range o.blocks {
+	idxs := make([]uint32, 0, o.blocks.len())
+	for idx := range o.blocks.all() {
 		idxs = append(idxs, idx)
 	}
 	slices.Sort(idxs) // in order: runs of a G4 pack are read with one request
 	for _, idx := range idxs {
-		b := o.blocks[idx]
+		b := o.blocks.get(idx)
 		g := b.g2.Load()
 		if g != nil && g.mf != nil {
 			continue
@@ -742,7 +742,7 @@ func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, src
 		}
 		ng.n = o.blockLen(j)
 		s.c.promotions.Add(1)
-		o.blocks[j].g2.Store(ng)
+		o.blocks.get(j).g2.Store(ng)
 		srcs[j] = tiG4
 	}
 	if good == 0 && err != nil {
@@ -755,7 +755,7 @@ func (s *Store) memFileRunLocked(ctx context.Context, o *object, idx uint32, src
 // first passthrough open). o.mu held for writing.
 func (s *Store) holdResidentLocked(o *object) {
 	s.g2mu.Lock()
-	for idx := range o.blocks {
+	for idx := range o.blocks.all() {
 		s.place.remove(bref{o.id, idx})
 	}
 	s.g2mu.Unlock()
@@ -789,7 +789,7 @@ func (s *Store) ClosePassthrough(id ObjectID, write bool) error {
 		if !o.pinned {
 			now := time.Now()
 			s.g2mu.Lock()
-			for idx, b := range o.blocks {
+			for idx, b := range o.blocks.all() {
 				if !b.dirty && b.g2.Load() != nil {
 					s.place.makeEvictable(bref{o.id, idx}, now)
 				}
@@ -828,7 +828,7 @@ func (s *Store) adoptLocked(o *object) error {
 	}
 	for off := int64(0); off < st.Size; off += int64(o.bs) {
 		idx := uint32(off / int64(o.bs))
-		b := o.blocks[idx]
+		b := o.blocks.get(idx)
 		fresh := b == nil
 		if fresh {
 			if !memHasData(m.fd, off, int64(o.bs)) {
@@ -845,7 +845,7 @@ func (s *Store) adoptLocked(o *object) error {
 				return err
 			}
 			b.g2.Store(ng)
-			o.blocks[idx] = b
+			o.blocks.set(idx, b)
 			g = ng
 		}
 		if g == nil || g.mf == nil {

@@ -64,8 +64,7 @@ func (s *Store) recover(ctx context.Context) error {
 			return
 		}
 		o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: dur, bs: rec.BlockSize, size: rec.Size,
-			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true,
-			blocks: make(map[uint32]*blockState)}
+			gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true}
 		if o.created.IsZero() {
 			o.created = s.clk.Now()
 		}
@@ -92,16 +91,16 @@ func (s *Store) recover(ctx context.Context) error {
 					in4 = false
 					o.markStale(idx, staleG4)
 				}
-				o.blocks[idx] = &blockState{inG3: l.g3, inG4: in4}
+				o.blocks.set(idx, &blockState{inG3: l.g3, inG4: in4})
 				if rec4 != nil {
-					rec4.blocks[k] = o.blocks[idx]
+					rec4.blocks[k] = o.blocks.get(idx)
 				}
 				if idx == run[1] {
 					break
 				}
 			}
 		}
-		for idx, b := range o.blocks {
+		for idx, b := range o.blocks.all() {
 			if b.inG3 || b.inG4 {
 				used[o.key(idx)] = true
 			}
@@ -150,8 +149,7 @@ func (s *Store) recover(ctx context.Context) error {
 // copy is deleted.
 func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, where func(tier.Key) (bool, bool), used map[tier.Key]bool) {
 	o := &object{id: id, ns: rec.Namespace, kind: rec.Kind, dur: DurabilityDevice, bs: rec.BlockSize, size: rec.Size,
-		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true,
-		blocks: make(map[uint32]*blockState)}
+		gen: rec.Gen, pinned: rec.Pinned, created: rec.Created, persisted: true, metaDirty: true}
 	for _, k := range keys {
 		if k.Namespace != o.ns || k.Gen != o.gen || int64(k.Index)*int64(o.bs) >= o.size {
 			continue
@@ -165,10 +163,10 @@ func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, w
 			s.gc(s.g4, k)
 			in4 = false
 		}
-		o.blocks[k.Index] = &blockState{inG3: in3, inG4: in4}
+		o.blocks.set(k.Index, &blockState{inG3: in3, inG4: in4})
 		used[k] = true
 	}
 	s.objects[id] = o
 	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Time{}})
-	s.log.Info("device-class object recovered after an unclean stop", "object", id, "kind", o.kind, "blocks", len(o.blocks))
+	s.log.Info("device-class object recovered after an unclean stop", "object", id, "kind", o.kind, "blocks", o.blocks.len())
 }

@@ -6,8 +6,9 @@ import (
 )
 
 // TestObjectAtRestCarriesNoSpans checks that an object written, flushed and
-// idle keeps no busy map and no flush channel (issue 17: each cost ~100-200
-// B per file at rest), and that Flush still waits for and sees write-back.
+// idle keeps no busy map, no flush channel and no per-block write-back
+// state (issue 17: each cost ~60-200 B per file at rest), and that Flush
+// still waits for and sees write-back.
 func TestObjectAtRestCarriesNoSpans(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, t.TempDir(), newMemTier("G3", 0), newMemTier("G4", 0), 64<<20)
@@ -30,7 +31,16 @@ func TestObjectAtRestCarriesNoSpans(t *testing.T) {
 		o := s.get(id)
 		o.mu.Lock()
 		busy, flushed, stale, dirty := o.busy, o.flushed, o.stale, o.dirty
+		var wb int
+		for _, b := range o.blocks.all() {
+			if b.wb != nil {
+				wb++
+			}
+		}
 		o.mu.Unlock()
+		if wb != 0 {
+			t.Errorf("object %d at rest: %d blocks keep their write-back state", i, wb)
+		}
 		if dirty != 0 {
 			t.Fatalf("object %d: %d dirty blocks after Flush", i, dirty)
 		}

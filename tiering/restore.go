@@ -51,7 +51,7 @@ func (s *Store) runFromG4(b *blockState) (tier.RunReader, bool) {
 // is not read as a run (not G4-only, G4 not a tier.RunReader), else at
 // least 1. o.mu held.
 func (s *Store) g4Run(o *object, idx uint32, limit int) (tier.RunReader, int) {
-	rr, ok := s.runFromG4(o.blocks[idx])
+	rr, ok := s.runFromG4(o.blocks.get(idx))
 	if !ok {
 		return nil, 0
 	}
@@ -60,7 +60,7 @@ func (s *Store) g4Run(o *object, idx uint32, limit int) (tier.RunReader, int) {
 	// or with a faster copy to read it from).
 	run := min(n, 1)
 	for ; run < n; run++ {
-		if _, ok := s.runFromG4(o.blocks[idx+uint32(run)]); !ok {
+		if _, ok := s.runFromG4(o.blocks.get(idx + uint32(run))); !ok {
 			break
 		}
 	}
@@ -169,7 +169,7 @@ func (s *Store) promoteRunLocked(ctx context.Context, o *object, idx uint32, roo
 		g := gs[i]
 		gs[i] = nil
 		g.n = o.blockLen(j)
-		b := o.blocks[j]
+		b := o.blocks.get(j)
 		if !b.g2.CompareAndSwap(nil, g) {
 			s.releaseG2(g, o.pinned) // another reader's copy is installed
 			if i == 0 {

@@ -29,8 +29,8 @@ func (s *Store) Share(ctx context.Context, id ObjectID) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	idxs := make([]uint32, 0, len(o.blocks))
-	for idx := range o.blocks {
+	idxs := make([]uint32, 0, o.blocks.len())
+	for idx := range o.blocks.all() {
 		idxs = append(idxs, idx)
 	}
 	o.mu.RUnlock()
@@ -56,7 +56,7 @@ func (s *Store) Share(ctx context.Context, id ObjectID) (int, error) {
 func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byte) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if o.deleted {
 		return false, ErrNotExist
 	}
@@ -76,7 +76,7 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 	err := s.putTo(ctx, tiG35, k, data, true)
 	o.mu.Lock()
 	s.endBusyLocked(o, idx, true)
-	live := !o.deleted && o.gen == k.Gen && o.blocks[idx] == b && b.version == ver && !b.dirty
+	live := !o.deleted && o.gen == k.Gen && o.blocks.get(idx) == b && b.version == ver && !b.dirty
 	if err != nil {
 		return false, fmt.Errorf("share %s: %w", k, err)
 	}
@@ -117,13 +117,12 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	if err != nil {
 		return 0, err
 	}
-	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: s.clk.Now(), size: size,
-		blocks: make(map[uint32]*blockState)}
+	o := &object{id: id, ns: ns, kind: kind, bs: blockSize, gen: 1, created: s.clk.Now(), size: size}
 	// metaDirty stays false: nothing of an import is this host's to keep
 	// (a local write to it marks it, like any change).
 	n := (size + int64(blockSize) - 1) / int64(blockSize)
 	for i := int64(0); i < n; i++ {
-		o.blocks[uint32(i)] = &blockState{inG35: true}
+		o.blocks.set(uint32(i), &blockState{inG35: true})
 	}
 	// From register until the object is visible its pool keys belong to
 	// no known object: CollectGarbage must not take them for garbage.
@@ -149,7 +148,7 @@ func (s *Store) SharedBlocks(id ObjectID) ([]uint32, error) {
 	}
 	defer o.mu.RUnlock()
 	var out []uint32
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		if b.inG35 {
 			out = append(out, idx)
 		}
@@ -173,7 +172,7 @@ func (s *Store) Unshare(id ObjectID, gen uint64, idxs []uint32) {
 	}
 	lost := false
 	for _, idx := range idxs {
-		b := o.blocks[idx]
+		b := o.blocks.get(idx)
 		if b == nil || !b.inG35 {
 			continue
 		}
@@ -197,7 +196,7 @@ func (s *Store) LocalCopies(id ObjectID) (bool, error) {
 		return false, err
 	}
 	defer o.mu.RUnlock()
-	for _, b := range o.blocks {
+	for _, b := range o.blocks.all() {
 		if b.g2.Load() == nil && !b.inG3 && !b.inG4 {
 			return false, nil
 		}

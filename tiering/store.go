@@ -386,7 +386,7 @@ func (s *Store) CloseContext(ctx context.Context) error {
 	s.mu.Lock()
 	for _, o := range s.objects {
 		o.mu.Lock()
-		for _, b := range o.blocks {
+		for _, b := range o.blocks.all() {
 			if g := b.g2.Swap(nil); g != nil && g.mf == nil {
 				s.pool.put(g.buf)
 			}
@@ -496,7 +496,7 @@ func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (Object
 	// written once it is idle (cleanLoop), so creating and writing a KV
 	// file costs no metadata commit on the caller's path.
 	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: s.clk.Now(),
-		blocks: make(map[uint32]*blockState), metaDirty: true}
+		metaDirty: true}
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()
@@ -565,7 +565,7 @@ func (s *Store) Delete(ctx context.Context, id ObjectID) error {
 // through the GC queue) and marks it deleted. o.mu must be held for write.
 func (s *Store) dropObjectLocked(o *object) {
 	o.deleted = true
-	for idx := range o.blocks {
+	for idx := range o.blocks.all() {
 		s.dropBlockLocked(o, idx)
 	}
 	if o.mf != nil {
@@ -579,7 +579,7 @@ func (s *Store) dropObjectLocked(o *object) {
 
 // dropBlockLocked forgets block idx of o in every tier. o.mu held for write.
 func (s *Store) dropBlockLocked(o *object, idx uint32) {
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if b == nil {
 		return
 	}
@@ -590,8 +590,8 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 	if b.dirty {
 		b.dirty = false
 		o.dirty--
-		s.g2dirty.Add(-b.dirtyN)
-		b.dirtyN = 0
+		s.g2dirty.Add(-b.w().dirtyN)
+		b.wb.dirtyN = 0
 		if o.dirty == 0 {
 			s.signalFlushed(o)
 		}
@@ -620,7 +620,7 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 			}
 		}
 	}
-	delete(o.blocks, idx)
+	o.blocks.del(idx)
 	s.g2mu.Lock()
 	s.place.forget(r)
 	s.g2mu.Unlock()
@@ -696,7 +696,7 @@ func (s *Store) SetPinned(id ObjectID, pinned bool) error {
 	o.pinned = pinned
 	var delta int64
 	s.g2mu.Lock()
-	for idx, b := range o.blocks {
+	for idx, b := range o.blocks.all() {
 		g := b.g2.Load()
 		if g == nil {
 			continue
@@ -770,8 +770,8 @@ func (s *Store) PrestageWait(ctx context.Context, id ObjectID) error {
 		return ErrNotExist
 	}
 	o.mu.RLock()
-	idxs := make([]uint32, 0, len(o.blocks))
-	for idx, b := range o.blocks {
+	idxs := make([]uint32, 0, o.blocks.len())
+	for idx, b := range o.blocks.all() {
 		if b.g2.Load() == nil {
 			idxs = append(idxs, idx)
 		}
@@ -803,7 +803,7 @@ func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
 	n := (o.size + int64(o.bs) - 1) / int64(o.bs)
 	out := make([]string, n)
 	for i := range out {
-		b := o.blocks[uint32(i)]
+		b := o.blocks.get(uint32(i))
 		switch {
 		case b == nil:
 			out[i] = TierHole
@@ -835,7 +835,7 @@ func (s *Store) ServingTier(id ObjectID) (string, error) {
 	}
 	defer o.mu.RUnlock()
 	worst := tiG2
-	for _, b := range o.blocks {
+	for _, b := range o.blocks.all() {
 		t := tiG2
 		switch {
 		case b == nil, b.g2.Load() != nil:
@@ -862,8 +862,8 @@ func (s *Store) Heat(id ObjectID) (float64, error) {
 		return 0, ErrNotExist
 	}
 	o.mu.RLock()
-	refs := make([]bref, 0, len(o.blocks))
-	for idx := range o.blocks {
+	refs := make([]bref, 0, o.blocks.len())
+	for idx := range o.blocks.all() {
 		refs = append(refs, bref{id, idx})
 	}
 	o.mu.RUnlock()

@@ -300,7 +300,7 @@ func TestLostOnRead(t *testing.T) {
 	o := s.objects[id]
 	s.mu.RUnlock()
 	s.evictOne(bref{id, 1})
-	if o.blocks[1].g2.Load() != nil {
+	if o.blocks.get(1).g2.Load() != nil {
 		t.Fatal("evictOne did not evict")
 	}
 	g3.drop(tier.Key{Namespace: "ns", Object: uint64(id), Index: 1, Gen: 1})

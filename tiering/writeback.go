@@ -87,9 +87,12 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		return
 	}
 	o.mu.Lock()
-	b := o.blocks[r.idx]
+	b := o.blocks.get(r.idx)
 	if b != nil {
 		b.queued = false
+		if !b.dirty {
+			b.wb = nil // stored clean while it was queued
+		}
 	}
 	g := (*g2block)(nil)
 	if b != nil {
@@ -129,7 +132,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		o.mu.Unlock()
 		s.space.broadcast()
 	}()
-	if o.deleted || o.gen != k.Gen || o.blocks[r.idx] != b {
+	if o.deleted || o.gen != k.Gen || o.blocks.get(r.idx) != b {
 		// Removed, or dropped (and maybe written again) during the put:
 		// the copy in t is not the live block's.
 		s.discardCopyLocked(o, r.idx, t, k)
@@ -155,15 +158,23 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		}
 	}
 	b.cleanVer = max(b.cleanVer, ver)
-	b.retries, b.failedAt = 0, time.Time{}
+	if w := b.wb; w != nil {
+		w.retries, w.failedAt = 0, time.Time{}
+	}
 	s.wbErr.Store(nil)
 	if b.version == ver && b.dirty {
 		b.dirty = false
-		b.dirtySince = 0
-		b.covered, b.inPlace = 0, false
 		o.dirty--
-		s.g2dirty.Add(-b.dirtyN)
-		b.dirtyN = 0
+		s.g2dirty.Add(-b.w().dirtyN)
+		if b.queued {
+			// Still in the write-back queue or held back: keep the entry's
+			// state (a popped clean block is dropped there, writeBack).
+			b.wb.dirtySince = 0
+			b.wb.covered, b.wb.inPlace = 0, false
+			b.wb.dirtyN = 0
+		} else {
+			b.wb = nil // the dirty period ended
+		}
 		s.noteStoredLocked(o)
 		if !o.held() && b.g2.Load() != nil {
 			s.g2mu.Lock()
@@ -179,7 +190,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 		if err != nil {
 			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
 			s.gc(staleT, k) // retried; the object stays unrecorded until then
-		} else if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks[r.idx], staleT) {
+		} else if !o.deleted && o.gen == k.Gen && !s.holds(o.blocks.get(r.idx), staleT) {
 			o.clearStale(r.idx, s.tierBit(staleT))
 		}
 	}
@@ -198,12 +209,13 @@ func (s *Store) writeBack(r bref, buf []byte) {
 // other error, the object is dropped as lost and the reason counted.
 func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, dur Durability, err error) {
 	o.mu.Lock()
-	b.retries++
-	if b.failedAt.IsZero() {
-		b.failedAt = s.clk.Now()
+	w := b.w()
+	w.retries++
+	if w.failedAt.IsZero() {
+		w.failedAt = s.clk.Now()
 	}
 	s.maybeStoredLocked(o, r.idx, k, err)
-	tries, since := b.retries, s.clk.Since(b.failedAt)
+	tries, since := w.retries, s.clk.Since(w.failedAt)
 	s.endBusyLocked(o, r.idx, false) // retryWB or lose decides what follows
 	o.mu.Unlock()
 	if s.ctx.Err() != nil {
@@ -234,7 +246,7 @@ func (s *Store) discardCopyLocked(o *object, idx uint32, t tier.Tier, k tier.Key
 		s.gc(t, k) // the key is never written again
 		return
 	}
-	if s.holds(o.blocks[idx], t) {
+	if s.holds(o.blocks.get(idx), t) {
 		return // the live block's own copy
 	}
 	o.markStale(idx, s.tierBit(t))
@@ -294,7 +306,7 @@ func (s *Store) endBusyLocked(o *object, idx uint32, requeue bool) {
 	if !requeue {
 		return
 	}
-	b := o.blocks[idx]
+	b := o.blocks.get(idx)
 	if !o.deleted && b != nil && b.dirty && !b.queued && s.ctx.Err() == nil {
 		b.queued = true
 		s.enqueueWB(bref{o.id, idx})
@@ -311,7 +323,7 @@ func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
 		return
 	}
 	o.mu.Lock()
-	if cur := o.blocks[r.idx]; cur == b && b.dirty && !b.queued {
+	if cur := o.blocks.get(r.idx); cur == b && b.dirty && !b.queued {
 		b.queued = true
 		s.enqueueWB(r)
 	}
@@ -434,7 +446,7 @@ func (s *Store) copyState(t tier.Tier, k tier.Key) (*object, int) {
 	if o.isBusy(k.Index) {
 		return nil, copyBusy
 	}
-	if s.holds(o.blocks[k.Index], t) {
+	if s.holds(o.blocks.get(k.Index), t) {
 		o.clearStale(k.Index, s.tierBit(t))
 		return nil, copyLive
 	}

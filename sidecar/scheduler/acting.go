@@ -39,11 +39,10 @@ func (s *Scheduler) startActing(ctx context.Context, res *bus.Resources, nc *nat
 	names := s.cfg.Names
 	s.mu.Lock()
 	s.hosts = map[string]*hostView{}
-	s.view = map[objKey]map[string]uint64{}
+	s.names = newView()
 	s.sent = map[string]time.Time{}
 	s.waits = map[string]chan msg.Ack{}
 	s.shared = map[objKey]string{}
-	s.dirs = map[objKey]map[objKey]struct{}{}
 	s.importers = map[objKey]map[string]bool{}
 	s.staleRound = map[objKey]int{}
 	s.shareTry = map[objKey]int{}
@@ -141,12 +140,9 @@ func (s *Scheduler) forgetHostLocked(host string) {
 	if hv == nil {
 		return
 	}
-	for _, k := range hv.byID {
-		if m := s.view[k]; m != nil {
-			delete(m, host)
-			if len(m) == 0 {
-				s.dropViewLocked(k)
-			}
+	for _, r := range hv.byID {
+		if slot, ok := s.names.resolve(r); ok {
+			s.names.unhold(hv.idx, slot)
 		}
 	}
 	delete(s.hosts, host)
@@ -233,7 +229,7 @@ func (s *Scheduler) hostLocked(host string, boot int64) *hostView {
 		hv = nil
 	}
 	if hv == nil {
-		hv = &hostView{boot: boot, byID: map[uint64]objKey{}}
+		hv = &hostView{idx: s.names.hostIndex(host), boot: boot, byID: map[uint64]nameRef{}}
 		s.hosts[host] = hv
 	}
 	hv.seen = time.Now()
@@ -278,11 +274,16 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 			if ev.Path == "" {
 				continue
 			}
-			s.holdLocked(hv, e.Host, objKey{ev.Namespace, ev.Path}, ev.ID)
+			s.holdLocked(hv, ev.Namespace, ev.Path, ev.ID)
 		case msg.EvRemoved:
-			if k, ok := hv.byID[ev.ID]; ok {
+			if r, ok := hv.byID[ev.ID]; ok {
 				delete(hv.byID, ev.ID)
-				s.unviewLocked(e.Host, k)
+				slot, live := s.names.resolve(r)
+				if !live {
+					continue // the name left the view already
+				}
+				k := s.names.name(slot)
+				s.names.unhold(hv.idx, slot)
 				if s.shared[k] == e.Host {
 					delete(s.shared, k)
 				}
@@ -301,48 +302,16 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 	return cmds
 }
 
-// holdLocked records that host (view hv) holds name k as object id; a
-// renamed object leaves its old name. s.mu held.
-func (s *Scheduler) holdLocked(hv *hostView, host string, k objKey, id uint64) {
-	if old, ok := hv.byID[id]; ok && old != k {
-		s.unviewLocked(host, old)
-	}
-	hv.byID[id] = k
-	m := s.view[k]
-	if m == nil {
-		m = map[string]uint64{}
-		s.addViewLocked(k, m)
-	}
-	m[host] = id
-}
-
-// addViewLocked adds a new name to the global view and to the directory
-// index. s.mu held.
-func (s *Scheduler) addViewLocked(k objKey, m map[string]uint64) {
-	s.view[k] = m
-	for d := parentDir(k.path); d != ""; d = parentDir(d) {
-		dk := objKey{k.ns, d}
-		set := s.dirs[dk]
-		if set == nil {
-			set = map[objKey]struct{}{}
-			s.dirs[dk] = set
-		}
-		set[k] = struct{}{}
-	}
-}
-
-// dropViewLocked removes a name no host holds any more. s.mu held.
-func (s *Scheduler) dropViewLocked(k objKey) {
-	delete(s.view, k)
-	for d := parentDir(k.path); d != ""; d = parentDir(d) {
-		dk := objKey{k.ns, d}
-		if set := s.dirs[dk]; set != nil {
-			delete(set, k)
-			if len(set) == 0 {
-				delete(s.dirs, dk)
-			}
+// holdLocked records that the host of view hv holds (ns, path) as object
+// id; a renamed object leaves its old name. s.mu held.
+func (s *Scheduler) holdLocked(hv *hostView, ns, path string, id uint64) {
+	r := s.names.hold(hv.idx, ns, path, id)
+	if old, ok := hv.byID[id]; ok && old != r {
+		if slot, live := s.names.resolve(old); live {
+			s.names.unhold(hv.idx, slot)
 		}
 	}
+	hv.byID[id] = r
 }
 
 // parentDir returns "a/b" for "a/b/c", "" for "c".
@@ -365,11 +334,11 @@ const maxSharePerWant = 256
 // (and every later one) reads it from the pool instead of recomputing.
 func (s *Scheduler) wantedLocked(host string, k objKey) []*msg.Command {
 	s.stats.Wanted++
-	if _, isFile := s.view[k]; !isFile {
+	if _, isFile := s.names.lookup(k.ns, k.path); !isFile {
 		// A directory (a session) this host does not have: share the
 		// files under it that other hosts hold.
 		var out []*msg.Command
-		for f := range s.dirs[k] {
+		for f := range s.names.under(k.ns, k.path) {
 			if len(out) >= maxSharePerWant {
 				break
 			}
@@ -396,8 +365,12 @@ func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
 	}
 	// Only a host that computed the file can share it: an importer's
 	// copy is the pool record itself.
+	slot, ok := s.names.lookup(k.ns, k.path)
+	if !ok {
+		return nil
+	}
 	var holders []string
-	for h := range s.view[k] {
+	for h := range s.names.holders(slot) {
 		if h != host && !s.importers[k][h] {
 			holders = append(holders, h)
 		}
@@ -411,7 +384,7 @@ func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
 	if hv == nil || hv.last == nil || hv.last.Pool == nil || hv.last.Pool.Bypass {
 		return nil // the holder has no usable pool
 	}
-	id := s.view[k][h]
+	id, _ := s.names.idOf(slot, h)
 	round := s.staleRound[k]
 	// A failed share (pool full, link down) may be asked again: the try
 	// count makes it a new command id (ids are applied at most once).
@@ -419,15 +392,6 @@ func (s *Scheduler) wantFileLocked(host string, k objKey) *msg.Command {
 	s.shareKey[cid] = k
 	return &msg.Command{ID: cid, Host: h, Op: msg.OpShare,
 		Namespace: k.ns, Path: k.path, Object: id, Boot: hv.boot, Force: round > 0, Reason: "wanted by " + host}
-}
-
-func (s *Scheduler) unviewLocked(host string, k objKey) {
-	if m := s.view[k]; m != nil {
-		delete(m, host)
-		if len(m) == 0 {
-			s.dropViewLocked(k)
-		}
-	}
 }
 
 func (s *Scheduler) onAck(a *msg.Ack) {
@@ -456,8 +420,10 @@ func (s *Scheduler) Holders(ns, path string) map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]uint64{}
-	for h, id := range s.view[objKey{ns, path}] {
-		out[h] = id
+	if slot, ok := s.names.lookup(ns, path); ok {
+		for h, id := range s.names.holders(slot) {
+			out[h] = id
+		}
 	}
 	return out
 }

@@ -22,11 +22,10 @@ func decider(t *testing.T, cfg Config) *Scheduler {
 		t.Fatal(err)
 	}
 	s.hosts = map[string]*hostView{}
-	s.view = map[objKey]map[string]uint64{}
+	s.names = newView()
 	s.sent = map[string]time.Time{}
 	s.waits = map[string]chan msg.Ack{}
 	s.shared = map[objKey]string{}
-	s.dirs = map[objKey]map[objKey]struct{}{}
 	s.importers = map[objKey]map[string]bool{}
 	s.staleRound = map[objKey]int{}
 	s.shareTry = map[objKey]int{}
@@ -63,12 +62,7 @@ func decide(s *Scheduler, r *msg.Report) []*msg.Command {
 	hv := s.hostLocked(r.Host, r.Boot)
 	hv.last = r
 	for _, o := range append(append([]msg.Object(nil), r.Hot...), r.Cold...) {
-		k := objKey{o.Namespace, o.Path}
-		hv.byID[o.ID] = k
-		if s.view[k] == nil {
-			s.view[k] = map[string]uint64{}
-		}
-		s.view[k][r.Host] = o.ID
+		s.holdLocked(hv, o.Namespace, o.Path, o.ID)
 	}
 	return s.decideLocked(r)
 }
@@ -123,17 +117,18 @@ func TestDecideNothingForPinnedOrShared(t *testing.T) {
 	pinned := dObj(1, 0, time.Hour, msg.InG3)
 	pinned.Pinned = true
 	shared := dObj(2, 0, time.Hour, msg.InG3)
-	s.view[objKey{"ns", "f2"}] = map[string]uint64{"h2": 99} // another host holds it too
+	s.names.hold(s.names.hostIndex("h2"), "ns", "f2", 99) // another host holds it too
 	private := dObj(3, 0, time.Hour, msg.InG3)
 	cmds := decide(s, dReport(pinned, shared, private))
 	if got := ops(cmds); len(got) != 1 || got[0] != "sink:f3" {
 		t.Fatalf("commands %v, want only sink:f3", got)
 	}
-	if n := len(s.view[objKey{"ns", "f2"}]); n != 2 {
+	if n := len(s.Holders("ns", "f2")); n != 2 {
 		t.Fatalf("view shows %d holders of f2, want 2", n)
 	}
 	// Once h2 drops it, it is private and sunk.
-	delete(s.view[objKey{"ns", "f2"}], "h2")
+	slot, _ := s.names.lookup("ns", "f2")
+	s.names.unhold(s.names.hostIndex("h2"), slot)
 	if got := ops(decide(s, dReport(shared))); len(got) != 1 || got[0] != "sink:f2" {
 		t.Fatalf("commands %v, want sink:f2", got)
 	}

@@ -19,7 +19,7 @@ func (s *Scheduler) onReport(ctx context.Context, res *bus.Resources, r *msg.Rep
 	hv.last = r
 	for _, list := range [][]msg.Object{r.Hot, r.Cold} {
 		for _, o := range list {
-			s.holdLocked(hv, r.Host, objKey{o.Namespace, o.Path}, o.ID)
+			s.holdLocked(hv, o.Namespace, o.Path, o.ID)
 		}
 	}
 	var cmds []*msg.Command
@@ -128,5 +128,6 @@ func (s *Scheduler) decideLocked(r *msg.Report) []*msg.Command {
 // privateLocked reports whether only one host holds the object: shared
 // objects are placed by the sharing policy (G3.5), not sunk.
 func (s *Scheduler) privateLocked(o msg.Object) bool {
-	return len(s.view[objKey{o.Namespace, o.Path}]) <= 1
+	slot, ok := s.names.lookup(o.Namespace, o.Path)
+	return !ok || s.names.count(slot) <= 1
 }

@@ -97,11 +97,12 @@ func (s *Scheduler) prestage(ctx context.Context, res *bus.Resources, m *nats.Ms
 	var cmds []*msg.Command
 	for _, p := range req.Paths {
 		var hosts []string
+		slot, known := s.names.lookup(req.Namespace, p)
 		switch {
 		case req.Host != "":
 			hosts = []string{req.Host}
-		case len(s.view[objKey{req.Namespace, p}]) > 0:
-			for h := range s.view[objKey{req.Namespace, p}] {
+		case known:
+			for h := range s.names.holders(slot) {
 				hosts = append(hosts, h)
 			}
 			sort.Strings(hosts)
@@ -112,7 +113,7 @@ func (s *Scheduler) prestage(ctx context.Context, res *bus.Resources, m *nats.Ms
 			cmd := &msg.Command{ID: msg.CommandID(msg.OpPrestage, h, req.ID, req.Namespace, p), Host: h,
 				Op: msg.OpPrestage, Namespace: req.Namespace, Path: p, Deadline: deadline.UnixNano(),
 				Reason: "prestage request"}
-			if id, ok := s.view[objKey{req.Namespace, p}][h]; ok {
+			if id, ok := s.idOfLocked(known, slot, h); ok {
 				if hv := s.hosts[h]; hv != nil {
 					cmd.Object, cmd.Boot = id, hv.boot
 				}
@@ -130,6 +131,15 @@ func (s *Scheduler) prestage(ctx context.Context, res *bus.Resources, m *nats.Ms
 			Error: a.Error, Blocks: a.Blocks, TookUs: a.TookUs})
 	}
 	s.respond(m, &reply)
+}
+
+// idOfLocked returns host's object id of the name in slot, when the name
+// is known to the view at all. s.mu held.
+func (s *Scheduler) idOfLocked(known bool, slot uint32, host string) (uint64, bool) {
+	if !known {
+		return 0, false
+	}
+	return s.names.idOf(slot, host)
 }
 
 // control forwards an operator's Command to its host and replies with the

@@ -109,11 +109,10 @@ type Scheduler struct {
 	leader atomic.Bool
 	mu     sync.Mutex // guards the leader's state below
 	hosts  map[string]*hostView
-	view   map[objKey]map[string]uint64   // global view: (namespace, path) → host → object id
-	sent   map[string]time.Time           // command id → when sent, until acked
-	waits  map[string]chan msg.Ack        // command id → waiter (requests)
-	shared map[objKey]string              // names published to the pool → owner host
-	dirs   map[objKey]map[objKey]struct{} // directory → names under it (any depth) in view
+	names  *view                   // global view: (namespace, path) → hosts and their object ids
+	sent   map[string]time.Time    // command id → when sent, until acked
+	waits  map[string]chan msg.Ack // command id → waiter (requests)
+	shared map[objKey]string       // names published to the pool → owner host
 	// importers: hosts holding a name only as an import of the pool.
 	importers map[objKey]map[string]bool
 	// staleRound counts the times a name's pool records went stale (its
@@ -131,11 +130,12 @@ type Scheduler struct {
 type objKey struct{ ns, path string }
 
 type hostView struct {
+	idx    uint32 // the host's index in the view
 	boot   int64
 	last   *msg.Report
 	seen   time.Time
-	byID   map[uint64]objKey // this boot's object ids
-	synced bool              // a resync finished since this replica became leader
+	byID   map[uint64]nameRef // this boot's object ids → their names in the view
+	synced bool               // a resync finished since this replica became leader
 	// fairAnswered is the host's latest msg.Pool.StarvedAt that the
 	// pool's fair-share rule answered (poolLocked).
 	fairAnswered int64
@@ -185,7 +185,7 @@ func (s *Scheduler) Stats() Stats {
 	st.Acks = cloneMap(s.stats.Acks)
 	st.Commands = cloneMap(s.stats.Commands)
 	st.Hosts = len(s.hosts)
-	st.ViewObjects = len(s.view)
+	st.ViewObjects = s.names.len()
 	st.PendingCmds = len(s.sent)
 	st.Shared = len(s.shared)
 	st.PoolHeld, st.PoolExtents, _ = s.poolUseLocked()

@@ -115,10 +115,11 @@ func (s *Store) reclaimOldest(why string) bool {
 	seg := s.segs[0]
 	var live []tier.Key
 	var need int64 // bytes the live records take when copied forward
-	seen := make(map[tier.Key]bool, len(seg.keys))
-	for _, k := range seg.keys {
-		if e, ok := s.index[k]; ok && e.seg == seg && !e.tomb && !seen[k] {
-			seen[k] = true
+	seen := make(map[ikey]bool, len(seg.keys))
+	for _, ik := range seg.keys {
+		if e, ok := s.index[ik]; ok && e.seg == seg && !e.tomb && !seen[ik] {
+			seen[ik] = true
+			k := s.tierKey(ik)
 			live = append(live, k)
 			need += int64(recordLen(k.Namespace, int(e.plen)))
 		}
@@ -161,14 +162,14 @@ func (s *Store) reclaimOldest(why string) bool {
 
 	s.mu.Lock()
 	dropped := 0
-	for _, k := range seg.keys {
-		if e, ok := s.index[k]; ok && e.seg == seg {
+	for _, ik := range seg.keys {
+		if e, ok := s.index[ik]; ok && e.seg == seg {
 			if !e.tomb {
 				s.used -= int64(e.plen)
 				s.blocks--
 				dropped++
 			}
-			delete(s.index, k)
+			delete(s.index, ik)
 		}
 	}
 	s.segs = s.segs[1:]

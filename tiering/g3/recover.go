@@ -98,22 +98,23 @@ func (s *Store) recover() error {
 	for _, sr := range kept {
 		s.segs = append(s.segs, sr.seg)
 		for _, r := range sr.recs {
-			cur, ok := s.index[r.key]
+			ik := s.internLocked(r.key)
+			cur, ok := s.index[ik]
 			s.nextSeq = max(s.nextSeq, r.seq+1)
 			if ok && cur.seq > r.seq {
 				continue
 			}
-			s.index[r.key] = entry{seg: sr.seg, off: r.off, hdrLen: r.hdrLen, plen: r.plen, seq: r.seq, tomb: r.tomb}
-			sr.seg.keys = append(sr.seg.keys, r.key)
+			s.index[ik] = entry{seg: sr.seg, off: r.off, hdrLen: uint16(r.hdrLen), plen: r.plen, seq: r.seq, tomb: r.tomb}
+			sr.seg.keys = append(sr.seg.keys, ik)
 		}
 	}
 	for _, p := range spares {
 		s.adoptSpare(p)
 	}
 	// No Put is in flight at Open, so tomb entries have nothing to guard.
-	for k, e := range s.index {
+	for ik, e := range s.index {
 		if e.tomb {
-			delete(s.index, k)
+			delete(s.index, ik)
 			continue
 		}
 		s.used += int64(e.plen)

@@ -38,9 +38,9 @@ type segment struct {
 	unsynced atomic.Bool
 
 	// Guarded by Store.mu.
-	writeOff int64      // next free byte (active segment only)
-	inflight int        // reserved records not yet written and published
-	keys     []tier.Key // keys of block and tombstone records written here
+	writeOff int64  // next free byte (active segment only)
+	inflight int    // reserved records not yet written and published
+	keys     []ikey // keys of block and tombstone records written here
 }
 
 // segName returns the file name of segment id: 16 hex digits + ".seg", so

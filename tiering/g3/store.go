@@ -41,7 +41,9 @@ type Store struct {
 	mu        sync.RWMutex
 	drained   *sync.Cond // on mu; signalled when a segment's inflight drops to 0
 	closed    bool
-	index     map[tier.Key]entry
+	index     map[ikey]entry    // by key: the newest record
+	nsID      map[string]uint32 // namespace ids of the index keys (index.go)
+	nsName    []string
 	segs      []*segment // oldest first
 	active    *segment   // the segment records are appended to; nil until needed
 	spares    []*spare   // reclaimed segment files kept for reuse
@@ -69,17 +71,23 @@ type Store struct {
 // number still in flight cannot bring it back; it is dropped with its
 // segment.
 type entry struct {
-	seg    *segment
-	off    int64  // byte offset of the record in the segment
-	hdrLen uint32 // bytes of record header
-	plen   uint32 // bytes of payload
-	seq    uint64
+	seg  *segment
+	off  int64 // byte offset of the record in the segment
+	seq  uint64
+	plen uint32 // bytes of payload
+	// hdrLen is the bytes of record header: at most 4 pages (decodeRecord
+	// rejects more), so 16 bits; the fields are ordered so that an entry
+	// is 32 B (issue 17: one per block stored).
+	hdrLen uint16
 	tomb   bool
 	// quarantined marks a tomb entry set by a read that found the record
 	// corrupt (corrupt): unlike a deleted key's, its record is still in
 	// the log with no tombstone over it, so Delete writes one.
 	quarantined bool
 }
+
+// A record header must fit entry.hdrLen.
+const _ = uint16(4 * pageSize)
 
 type counters struct {
 	crcErrors, torn, damagedSegs, reclaims, evicted, noSpace atomic.Int64
@@ -151,7 +159,7 @@ func Open(opts Options) (*Store, error) {
 		unix.Close(lockFD)
 		return nil, fmt.Errorf("g3: %s is in use by another store: %w", o.Dir, err)
 	}
-	s := &Store{opts: o, log: o.Logger.With("tier", "G3", "dir", o.Dir), lockFD: lockFD, index: map[tier.Key]entry{}, nextSeq: 1, nextSegID: 1}
+	s := &Store{opts: o, log: o.Logger.With("tier", "G3", "dir", o.Dir), lockFD: lockFD, index: map[ikey]entry{}, nsID: map[string]uint32{}, nextSeq: 1, nextSegID: 1}
 	s.drained = sync.NewCond(&s.mu)
 	s.maxBlock = maxBlockFor(o.SegmentBytes)
 	if !o.NoDirect {
@@ -268,7 +276,7 @@ func (s *Store) appendBlock(ctx context.Context, k tier.Key, data []byte, seq ui
 		encodeRecord(iovs[0], recBlock, k, len(data), seg.salt, seq)
 	}
 	err = s.writeRecord(seg, iovs, rl, off)
-	s.publish(seg, k, entry{seg: seg, off: off, hdrLen: uint32(hl), plen: uint32(len(data)), seq: seq}, err)
+	s.publish(seg, k, entry{seg: seg, off: off, hdrLen: uint16(hl), plen: uint32(len(data)), seq: seq}, err)
 	return err
 }
 
@@ -342,7 +350,7 @@ func (s *Store) Relocate(ctx context.Context, k tier.Key) error {
 // copied (0 when k was superseded meanwhile).
 func (s *Store) copyForward(ctx context.Context, k tier.Key) (int, error) {
 	s.mu.RLock()
-	e, ok := s.index[k]
+	e, ok := s.entryLocked(k)
 	s.mu.RUnlock()
 	if !ok || e.tomb {
 		return 0, fmt.Errorf("g3: relocate %v: %w", k, tier.ErrNotFound)
@@ -355,7 +363,7 @@ func (s *Store) copyForward(ctx context.Context, k tier.Key) (int, error) {
 		return 0, fmt.Errorf("g3: relocate %v: %w", k, err)
 	}
 	s.mu.RLock()
-	cur, ok := s.index[k]
+	cur, ok := s.entryLocked(k)
 	s.mu.RUnlock()
 	if !ok || cur.seq != e.seq {
 		return 0, nil // superseded while it was read: the newer state stands
@@ -377,7 +385,7 @@ func (s *Store) copyForward(ctx context.Context, k tier.Key) (int, error) {
 func (s *Store) Delete(ctx context.Context, k tier.Key) error {
 	s.mu.RLock()
 	closed := s.closed
-	e, ok := s.index[k]
+	e, ok := s.entryLocked(k)
 	s.mu.RUnlock()
 	if closed {
 		return tier.ErrClosed
@@ -462,7 +470,8 @@ func (s *Store) publish(seg *segment, k tier.Key, e entry, writeErr error) {
 	if writeErr != nil {
 		return
 	}
-	cur, ok := s.index[k]
+	ik := s.internLocked(k)
+	cur, ok := s.index[ik]
 	if ok && cur.seq > e.seq {
 		return
 	}
@@ -474,8 +483,8 @@ func (s *Store) publish(seg *segment, k tier.Key, e entry, writeErr error) {
 		s.used += int64(e.plen)
 		s.blocks++
 	}
-	s.index[k] = e
-	seg.keys = append(seg.keys, k)
+	s.index[ik] = e
+	seg.keys = append(seg.keys, ik)
 }
 
 // Get reads up to len(p) bytes of block k from byte off (see tier.Tier).
@@ -497,7 +506,7 @@ func (s *Store) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, 
 		s.mu.RUnlock()
 		return 0, tier.ErrClosed
 	}
-	e, ok := s.index[k]
+	e, ok := s.entryLocked(k)
 	if !ok || e.tomb {
 		s.mu.RUnlock()
 		return 0, fmt.Errorf("g3: get %v: %w", k, tier.ErrNotFound)
@@ -555,7 +564,7 @@ func (s *Store) Get(ctx context.Context, k tier.Key, p []byte, off int64) (int, 
 		return fail(func() (int, error) { return s.readFailed(k, e, err) })
 	}
 	r, c, _ := decodeRecord(hdr, e.seg.salt)
-	if c != hdrOK || r.typ != recBlock || r.key != k || r.seq != e.seq || r.payloadLen != e.plen || r.hdrLen != e.hdrLen {
+	if c != hdrOK || r.typ != recBlock || r.key != k || r.seq != e.seq || r.payloadLen != e.plen || r.hdrLen != uint32(e.hdrLen) {
 		return fail(func() (int, error) { return s.corrupt(k, e, "header mismatch") })
 	}
 	if p0 == 0 && n == int(plen) {
@@ -607,8 +616,8 @@ func (s *Store) readFailed(k tier.Key, e entry, err error) (int, error) {
 // corrupt quarantines k (if e is still its entry) and returns ErrCorrupt.
 func (s *Store) corrupt(k tier.Key, e entry, why string) (int, error) {
 	s.mu.Lock()
-	if cur, ok := s.index[k]; ok && !cur.tomb && cur.seq == e.seq {
-		s.index[k] = entry{seg: e.seg, seq: e.seq, tomb: true, quarantined: true}
+	if cur, ok := s.entryLocked(k); ok && !cur.tomb && cur.seq == e.seq {
+		s.index[s.internLocked(k)] = entry{seg: e.seg, seq: e.seq, tomb: true, quarantined: true}
 		s.used -= int64(e.plen)
 		s.blocks--
 		s.st.crcErrors.Add(1)
@@ -626,7 +635,7 @@ func (s *Store) Stat(_ context.Context, k tier.Key) (int64, error) {
 	if s.closed {
 		return 0, tier.ErrClosed
 	}
-	e, ok := s.index[k]
+	e, ok := s.entryLocked(k)
 	if !ok || e.tomb {
 		return 0, fmt.Errorf("g3: stat %v: %w", k, tier.ErrNotFound)
 	}
@@ -647,9 +656,9 @@ func (s *Store) Range(ctx context.Context, fn func(k tier.Key, length int64) boo
 		return tier.ErrClosed
 	}
 	snap := make([]kl, 0, s.blocks)
-	for k, e := range s.index {
+	for ik, e := range s.index {
 		if !e.tomb {
-			snap = append(snap, kl{k, int64(e.plen)})
+			snap = append(snap, kl{s.tierKey(ik), int64(e.plen)})
 		}
 	}
 	s.mu.RUnlock()

@@ -16,7 +16,7 @@ import (
 func flipPayload(t *testing.T, s *Store, key tier.Key, at int) (string, int64) {
 	t.Helper()
 	s.mu.RLock()
-	e, ok := s.index[key]
+	e, ok := s.entryLocked(key)
 	s.mu.RUnlock()
 	if !ok || e.tomb {
 		t.Fatalf("%v not indexed", key)
