@@ -282,6 +282,9 @@ func (s *Scheduler) onEvents(e *msg.Events) []*msg.Command {
 				if !live {
 					continue // the name left the view already
 				}
+				if cur, held := s.names.idOf(slot, e.Host); held && cur != ev.ID {
+					continue // the host holds the name under a newer id (deleted and made again)
+				}
 				k := s.names.name(slot)
 				s.names.unhold(hv.idx, slot)
 				if s.shared[k] == e.Host {

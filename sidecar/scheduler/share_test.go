@@ -216,3 +216,29 @@ func TestStaleShareIsForcedAgainFromAComputingHost(t *testing.T) {
 		t.Fatalf("an importer was asked to share: %+v", cmds)
 	}
 }
+
+// A removal of an earlier object id of a name does not drop the host
+// that holds the name again under a newer id (the file was deleted and
+// made again, and the removal came late): a want still reaches it, for
+// the new id.
+func TestLateRemovalOfAnOldIDKeepsTheHolder(t *testing.T) {
+	s := decider(t, Config{})
+	stored(s, "a", &msg.Pool{Extents: 10}, "f") // id 1
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvStored, Namespace: "ns", Path: "f", ID: 7}}})
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvRemoved, ID: 1}}})
+	cmds := wanted(s, "b", "f")
+	if len(cmds) != 1 || cmds[0].Host != "a" || cmds[0].Object != 7 {
+		t.Fatalf("want of f after a late removal of its old id: %+v, want a share of object 7 on a", cmds)
+	}
+	// The removal of the current id drops it.
+	s.onEvents(&msg.Events{V: msg.Version, Host: "a", Boot: dBoot,
+		Events: []msg.Event{{Kind: msg.EvRemoved, ID: 7}}})
+	s.mu.Lock()
+	delete(s.shareFailAt, objKey{"ns", "f"})
+	s.mu.Unlock()
+	if cmds := wanted(s, "b", "f"); len(cmds) != 0 {
+		t.Fatalf("want of a removed name: %+v", cmds)
+	}
+}
