@@ -178,7 +178,9 @@ func (b *batch) write(tx *bolt.Tx) error {
 		xs = append(xs, kv{direntKey(k.ino, k.name), v})
 	}
 	xb := tx.Bucket(bucketXattrs)
-	if err := putSorted(tx.Bucket(bucketNodes), recs, func(k []byte) error { return deletePrefix(xb, k) }); err != nil {
+	nb := tx.Bucket(bucketNodes)
+	nb.FillPercent = appendFill
+	if err := putSorted(nb, recs, func(k []byte) error { return deletePrefix(xb, k) }); err != nil {
 		return err
 	}
 	if err := putSorted(tx.Bucket(bucketDirents), dents, nil); err != nil {
@@ -203,6 +205,13 @@ func (b *batch) write(tx *bolt.Tx) error {
 	}
 	return nil
 }
+
+// appendFill is the bbolt fill percent of the nodes bucket: keys are
+// inode numbers, handed out in increasing order, so inserts append and a
+// page split at bbolt's default (half full) would leave every page of the
+// bucket half empty (tree.db was about 335 B per 4 KiB file at 100 k
+// files, issue 17).
+const appendFill = 0.9
 
 // kv is a key and its new value (nil: delete).
 type kv struct{ k, v []byte }

@@ -185,6 +185,7 @@ func (d *DB) Replay(log *slog.Logger) (uint64, error) {
 	}
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		nb, db, xb := tx.Bucket(bucketNodes), tx.Bucket(bucketDirents), tx.Bucket(bucketXattrs)
+		nb.FillPercent = appendFill
 		for _, ops := range todo {
 			for _, o := range ops {
 				var err error

@@ -48,6 +48,12 @@ var (
 	keyNextID     = []byte("next_id")
 )
 
+// appendFill is the bbolt fill percent of the objects bucket: keys are
+// object ids, handed out in increasing order, so records are appended and
+// page splits at bbolt's default (half full) would leave the bucket's
+// pages half empty.
+const appendFill = 0.9
+
 // idBatch is how many object ids one metadata write reserves.
 const idBatch = 1024
 
@@ -125,7 +131,9 @@ func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
 		return err
 	}
 	return m.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketObjects).Put(idKey(id), v)
+		b := tx.Bucket(bucketObjects)
+		b.FillPercent = appendFill
+		return b.Put(idKey(id), v)
 	})
 }
 
@@ -133,6 +141,7 @@ func (m *metaDB) put(id ObjectID, rec *objectRecord) error {
 func (m *metaDB) putMany(recs map[ObjectID]*objectRecord) error {
 	return m.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketObjects)
+		b.FillPercent = appendFill
 		for id, rec := range recs {
 			v, err := encodeObjectRecord(rec)
 			if err != nil {
