@@ -39,20 +39,30 @@ const (
 
 // eagerState is the queue of stored files to share.
 type eagerState struct {
-	ready   chan tiering.ObjectID
+	ready   chan storedFile
 	dropped atomic.Int64
 	shared  atomic.Int64
 	skipped atomic.Int64 // not shared: no room, an import, or an error
+	// waitNs and shareNs total, over the files shared eagerly, the time
+	// from the store's EventStored to the start of the share (the queue)
+	// and the share itself (pool writes, read-back, index publish).
+	waitNs, shareNs atomic.Int64
+}
+
+// storedFile is a queued EventStored and when the sharer received it.
+type storedFile struct {
+	id tiering.ObjectID
+	at time.Time
 }
 
 func newEagerState() *eagerState {
-	return &eagerState{ready: make(chan tiering.ObjectID, eagerQueue)}
+	return &eagerState{ready: make(chan storedFile, eagerQueue)}
 }
 
 // stored queues id; it never blocks.
 func (e *eagerState) stored(id tiering.ObjectID) {
 	select {
-	case e.ready <- id:
+	case e.ready <- storedFile{id, time.Now()}:
 	default:
 		e.dropped.Add(1)
 	}
@@ -65,8 +75,8 @@ func (s *Sharer) eagerLoop(ctx context.Context, files Files) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-s.eager.ready:
-			s.eagerOne(ctx, files, id)
+		case f := <-s.eager.ready:
+			s.eagerOne(ctx, files, f)
 		}
 	}
 }
@@ -74,7 +84,8 @@ func (s *Sharer) eagerLoop(ctx context.Context, files Files) {
 // eagerOne shares id if it is still sealed and clean, has a name, holds
 // copies of its own (an import's blocks are only in the pool: another
 // host's file) and the pool has room.
-func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID) {
+func (s *Sharer) eagerOne(ctx context.Context, files Files, f storedFile) {
+	id := f.id
 	st := s.cfg.Store
 	info, err := st.Stat(id)
 	if err != nil || info.Dirty || !info.Sealed || info.Size == 0 || info.Durability != tiering.DurabilityCache {
@@ -95,6 +106,7 @@ func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	start := time.Now()
 	if _, err := s.Share(sctx, id, ns, path, false); err != nil {
 		if !errors.Is(err, tiering.ErrNotExist) {
 			s.log.Debug("G3.5: eager share", "object", id, "err", err)
@@ -102,6 +114,8 @@ func (s *Sharer) eagerOne(ctx context.Context, files Files, id tiering.ObjectID)
 		s.eager.skipped.Add(1)
 		return
 	}
+	s.eager.waitNs.Add(int64(start.Sub(f.at)))
+	s.eager.shareNs.Add(int64(time.Since(start)))
 	s.eager.shared.Add(1)
 }
 

@@ -97,6 +97,12 @@ type Stats struct {
 	// not shared (pool above its high mark, an import, an error),
 	// EagerDropped stored files dropped from a full queue.
 	EagerShared, EagerSkipped, EagerDropped int64
+	// EagerWaitNs and EagerShareNs total, over the EagerShared files, the
+	// time from the store reporting the file stored to the start of its
+	// share (the eager queue) and the share itself (pool writes and
+	// read-back, the index publish), in ns: divided by EagerShared, how
+	// late an eager share lands after write-back.
+	EagerWaitNs, EagerShareNs int64
 }
 
 // Sharer is a host's sharing component. Create it with New, give it to
@@ -152,6 +158,7 @@ func (s *Sharer) Stats() Stats {
 		SharedBytes: s.sharedBytes.Load(), Stale: s.stale.Load(), DroppedNotes: s.droppedNotes.Load()}
 	if e := s.eager; e != nil {
 		st.EagerShared, st.EagerSkipped, st.EagerDropped = e.shared.Load(), e.skipped.Load(), e.dropped.Load()
+		st.EagerWaitNs, st.EagerShareNs = e.waitNs.Load(), e.shareNs.Load()
 	}
 	return st
 }

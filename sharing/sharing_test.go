@@ -190,6 +190,9 @@ func TestEagerShareImportAndWithdraw(t *testing.T) {
 
 	testenv.Eventually(t, 10*time.Second, func() bool { return a.sh.Stats().EagerShared == 1 },
 		"eager share of a stored file: %+v", a.sh.Stats())
+	if st := a.sh.Stats(); st.EagerShareNs <= 0 || st.EagerWaitNs < 0 {
+		t.Fatalf("eager share times not counted: %+v", st)
+	}
 	var imported tiering.ObjectID
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		got, size, ok, err := b.sh.Import(context.Background(), "kv", "p/blk0")

@@ -418,10 +418,15 @@ type Stats struct {
 	// EagerSkipped stored files not shared (pool above its high mark, an
 	// import, an error), EagerDropped stored files dropped from a full
 	// queue.
-	EagerShared    int64 `json:"eager_shared,omitempty"`
-	EagerSkipped   int64 `json:"eager_skipped,omitempty"`
-	EagerDropped   int64 `json:"eager_dropped,omitempty"`
-	TrackedObjects int   `json:"tracked_objects"`
+	EagerShared  int64 `json:"eager_shared,omitempty"`
+	EagerSkipped int64 `json:"eager_skipped,omitempty"`
+	EagerDropped int64 `json:"eager_dropped,omitempty"`
+	// EagerWaitMs and EagerShareMs are the mean time, over the files
+	// shared eagerly, from write-back done to the start of the share (the
+	// queue) and of the share itself (sharing.Stats), in ms.
+	EagerWaitMs    float64 `json:"eager_wait_ms,omitempty"`
+	EagerShareMs   float64 `json:"eager_share_ms,omitempty"`
+	TrackedObjects int     `json:"tracked_objects"`
 	// PoolShares counts files this host published to the pool, and
 	// PoolSharedBytes the bytes of blocks it put there for them
 	// (sharing.Stats): with the other hosts' G3.5 hits, what pool writes
@@ -448,6 +453,10 @@ func (a *Agent) Stats() Stats {
 		ss := sh.Stats()
 		st.DroppedPoolEvents = sh.Tier().DroppedEvents() + ss.DroppedNotes
 		st.EagerShared, st.EagerSkipped, st.EagerDropped = ss.EagerShared, ss.EagerSkipped, ss.EagerDropped
+		if n := ss.EagerShared; n > 0 {
+			st.EagerWaitMs = float64(ss.EagerWaitNs) / float64(n) / 1e6
+			st.EagerShareMs = float64(ss.EagerShareNs) / float64(n) / 1e6
+		}
 		st.PoolShares, st.PoolSharedBytes = ss.Shares, ss.SharedBytes
 	}
 	return st

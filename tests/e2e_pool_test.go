@@ -573,11 +573,13 @@ func poolShared(t *testing.T, c *poolCluster) (shares, bytes int64) {
 		var v struct {
 			Control struct {
 				Sidecar struct {
-					Shares  int64 `json:"pool_shares"`
-					Bytes   int64 `json:"pool_shared_bytes"`
-					Eager   int64 `json:"eager_shared"`
-					Skipped int64 `json:"eager_skipped"`
-					Dropped int64 `json:"eager_dropped"`
+					Shares  int64   `json:"pool_shares"`
+					Bytes   int64   `json:"pool_shared_bytes"`
+					Eager   int64   `json:"eager_shared"`
+					Skipped int64   `json:"eager_skipped"`
+					Dropped int64   `json:"eager_dropped"`
+					WaitMs  float64 `json:"eager_wait_ms"`
+					ShareMs float64 `json:"eager_share_ms"`
 				} `json:"sidecar"`
 			} `json:"control"`
 		}
@@ -587,8 +589,8 @@ func poolShared(t *testing.T, c *poolCluster) (shares, bytes int64) {
 		sc := v.Control.Sidecar
 		shares += sc.Shares
 		bytes += sc.Bytes
-		t.Logf("%s: %d files shared (%d eagerly; %d stored files not shared eagerly, %d dropped from its queue)",
-			filepath.Base(d.Root), sc.Shares, sc.Eager, sc.Skipped, sc.Dropped)
+		t.Logf("%s: %d files shared (%d eagerly, on average %.1f ms queued and %.1f ms sharing after write-back; %d stored files not shared eagerly, %d dropped from its queue)",
+			filepath.Base(d.Root), sc.Shares, sc.Eager, sc.WaitMs, sc.ShareMs, sc.Skipped, sc.Dropped)
 	}
 	return shares, bytes
 }
