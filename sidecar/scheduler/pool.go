@@ -102,17 +102,18 @@ func (s *Scheduler) poolLocked(now time.Time) []*msg.Command {
 		out = append(out, &msg.Command{ID: id, Host: c.host, Op: msg.OpReclaim, Extent: c.extent, Reason: why})
 		return true
 	}
+	// excess is what each host holds above its fair share, shared by all
+	// the starved hosts of this round: together they never take a host
+	// below its share.
+	excess := map[string]int{}
+	for _, c := range cands {
+		excess[c.host] = len(s.hosts[c.host].last.Pool.Held) - fair
+	}
 	sort.Strings(starved)
 	for _, h := range starved {
 		hv := s.hosts[h]
 		hv.fairAnswered = hv.last.Pool.StarvedAt
 		grant := min(fairGrant, fair-len(hv.last.Pool.Held))
-		excess := map[string]int{}
-		for v, vv := range s.hosts {
-			if poolLive(vv) {
-				excess[v] = len(vv.last.Pool.Held) - fair
-			}
-		}
 		for _, c := range cands {
 			if grant == 0 {
 				break

@@ -171,6 +171,22 @@ func TestStarvedHostGetsItsFairShare(t *testing.T) {
 	if len(cmds) != fairGrant || cmds[0].Extent != 2 || cmds[1].Extent != 3 {
 		t.Fatalf("second starvation: %+v, want reclaims of a's extents 2 and 3", cmds)
 	}
+	// Two starved hosts share the one host above its share: together they
+	// take it down to its share, not below (9 extents, fair share 3; a
+	// holds 5).
+	s.mu.Lock()
+	report("a", []uint32{0, 1, 2, 3, 4}, 0)
+	report("b", nil, now.Add(3*time.Second).UnixNano())
+	report("c", nil, now.Add(3*time.Second).UnixNano())
+	for _, h := range []string{"a", "b", "c"} {
+		s.hosts[h].last.Pool.Extents = 9
+	}
+	s.sent = map[string]time.Time{}
+	cmds = s.poolLocked(now)
+	s.mu.Unlock()
+	if got := reclaimedOn(t, cmds, "a"); len(got) != 2 {
+		t.Fatalf("two starved hosts took %v from a (5 held, fair share 3), want 2 extents", got)
+	}
 	// A starved host at its fair share gets nothing.
 	s.mu.Lock()
 	report("a", []uint32{0, 1, 2, 3, 4, 5}, 0)
