@@ -138,6 +138,15 @@ func (b *blockState) w() *wbState {
 	return b.wb
 }
 
+// dirtyBytes is what b adds to Store.g2dirty (0 without a write-back
+// state). o.mu held.
+func (b *blockState) dirtyBytes() int64 {
+	if b.wb == nil {
+		return 0
+	}
+	return b.wb.dirtyN
+}
+
 // heldBack reports whether b waits in the delayed list (queued with a due
 // time). o.mu held.
 func (b *blockState) heldBack() bool { return b.queued && b.wb != nil && b.wb.delayUntil != 0 }

@@ -590,8 +590,10 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 	if b.dirty {
 		b.dirty = false
 		o.dirty--
-		s.g2dirty.Add(-b.w().dirtyN)
-		b.wb.dirtyN = 0
+		s.g2dirty.Add(-b.dirtyBytes())
+		if b.wb != nil {
+			b.wb.dirtyN = 0
+		}
 		if o.dirty == 0 {
 			s.signalFlushed(o)
 		}

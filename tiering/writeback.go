@@ -165,13 +165,14 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	if b.version == ver && b.dirty {
 		b.dirty = false
 		o.dirty--
-		s.g2dirty.Add(-b.w().dirtyN)
+		s.g2dirty.Add(-b.dirtyBytes())
 		if b.queued {
 			// Still in the write-back queue or held back: keep the entry's
 			// state (a popped clean block is dropped there, writeBack).
-			b.wb.dirtySince = 0
-			b.wb.covered, b.wb.inPlace = 0, false
-			b.wb.dirtyN = 0
+			w := b.w()
+			w.dirtySince = 0
+			w.covered, w.inPlace = 0, false
+			w.dirtyN = 0
 		} else {
 			b.wb = nil // the dirty period ended
 		}
