@@ -51,12 +51,8 @@ type AdaptivePolicy[K comparable] struct {
 	cfg  PolicyConfig
 
 	shDecay, shLRU *Policy[uint64] // the shadows (keys = hashes)
-	shCap          int
-	rate           uint64 // a key is sampled when Mix64(h)%rate == 0
-	forget         float64
-	scoreDecay     float64
-	scoreLRU       float64
-	useLRU         bool
+	// duel follows decay (first) or LRU (second, duel.second).
+	duel duel
 }
 
 // NewAdaptivePolicy returns an empty AdaptivePolicy. cfg is as for
@@ -81,7 +77,7 @@ func NewAdaptivePolicy[K comparable](cfg PolicyConfig) (*AdaptivePolicy[K], erro
 		return nil, err
 	}
 	return &AdaptivePolicy[K]{live: live, lru: newRankHeap[K, int64](), cfg: cfg, shDecay: shDecay, shLRU: shLRU,
-		shCap: shCap, rate: rate, forget: 1 - 1/float64(scoreWindow*shCap)}, nil
+		duel: newDuel(rate, shCap, false)}, nil
 }
 
 // shadowSize returns the sampling rate R (a key is sampled when its mixed
@@ -104,16 +100,16 @@ func (p *AdaptivePolicy[K]) Config() PolicyConfig { return p.cfg }
 func (p *AdaptivePolicy[K]) Leader() Order {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.useLRU {
+	if p.duel.second {
 		return OrderLRU
 	}
 	return OrderDecay
 }
 
 // shadow replays one reference of the sampled key h through a shadow
-// cache of p.shCap keys, and reports a hit.
+// cache of p.duel.shCap keys, and reports a hit.
 func (p *AdaptivePolicy[K]) shadow(s *Policy[uint64], h uint64, now time.Time) bool {
-	return replayRef(s, h, h, p.shCap, now)
+	return replayRef(s, h, h, p.duel.shCap, now)
 }
 
 // replayRef makes one reference to k (hash h) as the simulator and the
@@ -140,22 +136,8 @@ func replayRef[K comparable](p Placer[K], k K, h uint64, capacity int, now time.
 func (p *AdaptivePolicy[K]) Access(k K, h uint64, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rate == 1 || Mix64(h^0x5851f42d4c957f2d)%p.rate == 0 {
-		d, l := p.shadow(p.shDecay, h, now), p.shadow(p.shLRU, h, now)
-		p.scoreDecay *= p.forget
-		p.scoreLRU *= p.forget
-		if d {
-			p.scoreDecay++
-		}
-		if l {
-			p.scoreLRU++
-		}
-		switch {
-		case p.useLRU && p.scoreDecay > p.scoreLRU*(1+switchMargin):
-			p.useLRU = false
-		case !p.useLRU && p.scoreLRU > p.scoreDecay*(1+switchMargin):
-			p.useLRU = true
-		}
+	if p.duel.sampled(h) {
+		p.duel.score(p.shadow(p.shDecay, h, now), p.shadow(p.shLRU, h, now))
 	}
 	hit := p.live.Access(k, h, now)
 	if hit {
@@ -169,7 +151,7 @@ func (p *AdaptivePolicy[K]) Access(k K, h uint64, now time.Time) bool {
 func (p *AdaptivePolicy[K]) ShouldAdmit(h uint64, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.useLRU || p.live.ShouldAdmit(h, now)
+	return p.duel.second || p.live.ShouldAdmit(h, now)
 }
 
 // Insert is Policy.Insert.
@@ -186,7 +168,7 @@ func (p *AdaptivePolicy[K]) Insert(k K, h uint64, now time.Time) {
 func (p *AdaptivePolicy[K]) Victim() (k K, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.useLRU {
+	if p.duel.second {
 		it, ok := p.lru.min()
 		return it.key, ok
 	}

@@ -50,12 +50,9 @@ type ArbiterPolicy[K comparable] struct {
 
 	shDecay *Policy[uint64]
 	shDens  *DensityPolicy[uint64]
-	shCap   int
-	rate    uint64 // a key is sampled when Mix64(h^salt)%rate == 0
-	cur     int    // depth of the sampled reference being replayed
-	forget  float64
-	scores  [2]float64 // decayed shadow hits: decay, density
-	useDens bool
+	cur     int // depth of the sampled reference being replayed
+	// duel follows decay (first) or density (second, duel.second).
+	duel duel
 
 	lastKey          K
 	lastDepth        int
@@ -95,8 +92,7 @@ func NewArbiterPolicy[K comparable](cfg PolicyConfig, depth func(K) int) (*Arbit
 	rate, shCap := shadowSize(cfg.Capacity)
 	scfg := cfg
 	scfg.Capacity = shCap
-	p := &ArbiterPolicy[K]{cfg: cfg, depth: depth, decayExpert: decay, dens: dens, shCap: shCap, rate: rate,
-		forget: 1 - 1/float64(scoreWindow*shCap), useDens: true}
+	p := &ArbiterPolicy[K]{cfg: cfg, depth: depth, decayExpert: decay, dens: dens, duel: newDuel(rate, shCap, true)}
 	if p.shDecay, err = NewPolicy[uint64](scfg); err != nil {
 		return nil, err
 	}
@@ -117,14 +113,14 @@ func (p *ArbiterPolicy[K]) Config() PolicyConfig { return p.cfg }
 func (p *ArbiterPolicy[K]) Leader() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.useDens {
+	if p.duel.second {
 		return "density"
 	}
 	return "decay"
 }
 
 func (p *ArbiterPolicy[K]) leader() Placer[K] {
-	if p.useDens {
+	if p.duel.second {
 		return p.dens
 	}
 	return p.decayExpert
@@ -135,26 +131,13 @@ func (p *ArbiterPolicy[K]) leader() Placer[K] {
 func (p *ArbiterPolicy[K]) Access(k K, h uint64, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rate == 1 || Mix64(h^0x5851f42d4c957f2d)%p.rate == 0 {
+	if p.duel.sampled(h) {
 		if p.depth != nil {
 			p.cur = p.depth(k)
 		}
-		d := replayRef(p.shDecay, h, h, p.shCap, now)
-		l := replayRef(p.shDens, h, h, p.shCap, now)
-		p.scores[0] *= p.forget
-		p.scores[1] *= p.forget
-		if d {
-			p.scores[0]++
-		}
-		if l {
-			p.scores[1]++
-		}
-		switch {
-		case p.useDens && p.scores[0] > p.scores[1]*(1+switchMargin):
-			p.useDens = false
-		case !p.useDens && p.scores[1] > p.scores[0]*(1+switchMargin):
-			p.useDens = true
-		}
+		d := replayRef(p.shDecay, h, h, p.duel.shCap, now)
+		l := replayRef(p.shDens, h, h, p.duel.shCap, now)
+		p.duel.score(d, l)
 	}
 	hit := p.decayExpert.Access(k, h, now)
 	p.dens.Access(k, h, now)
