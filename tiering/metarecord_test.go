@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -34,19 +35,7 @@ func TestObjectRecordsBinaryJSONStillRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	raw := func() []byte {
-		db, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		var v []byte
-		_ = db.View(func(tx *bolt.Tx) error {
-			v = bytes.Clone(tx.Bucket(bucketObjects).Get(idKey(id)))
-			return nil
-		})
-		return v
-	}
+	raw := func() []byte { return recordOf(t, dir, id, nil) }
 	v := raw()
 	if len(v) == 0 || v[0] != recordV1 || len(v) > 40 {
 		t.Fatalf("record written: %d bytes %x, want the binary form (<= 40 bytes)", len(v), v)
@@ -61,14 +50,7 @@ func TestObjectRecordsBinaryJSONStillRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("one-run record: %d bytes binary, %d bytes JSON", len(v), len(js))
-	db, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketObjects).Put(idKey(id), js) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	recordOf(t, dir, id, js)
 
 	s = openTest(t, dir, g3, nil, 16<<20)
 	got := make([]byte, len(want))
@@ -87,4 +69,72 @@ func TestObjectRecordsBinaryJSONStillRead(t *testing.T) {
 	if v := raw(); len(v) == 0 || v[0] != recordV1 {
 		t.Fatalf("rewritten record is not binary: %q", v)
 	}
+}
+
+// A binary record damaged on disk (cut short, or an unknown format byte)
+// makes its object lost at the next open: it is never served, and the
+// other objects are.
+func TestObjectRecordDamagedIsLost(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	g3 := newMemTier("G3", 0)
+	s := openTest(t, dir, g3, nil, 16<<20)
+	want := pattern(9, 2*4096)
+	ids := make([]ObjectID, 3)
+	for i := range ids {
+		id, err := s.Create("kv", 4096, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v := recordOf(t, dir, ids[0], nil)
+	recordOf(t, dir, ids[0], v[:len(v)-3])                           // cut short
+	recordOf(t, dir, ids[1], append([]byte{recordV1 + 1}, v[1:]...)) // a format this build does not know
+
+	s = openTest(t, dir, g3, nil, 16<<20)
+	defer s.Close()
+	for _, id := range ids[:2] {
+		if _, err := s.Stat(id); !errors.Is(err, ErrNotExist) {
+			t.Fatalf("object %d of a damaged record: %v, want ErrNotExist", id, err)
+		}
+	}
+	got := make([]byte, len(want))
+	if n, err := s.ReadAt(ctx, ids[2], got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("intact object beside damaged records: n=%d err=%v", n, err)
+	}
+}
+
+// recordOf returns object id's raw record in dir's meta.db, after putting
+// v there when v is not nil.
+func recordOf(t *testing.T, dir string, id ObjectID, v []byte) []byte {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out []byte
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketObjects)
+		if v != nil {
+			if err := b.Put(idKey(id), v); err != nil {
+				return err
+			}
+		}
+		out = bytes.Clone(b.Get(idKey(id)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
