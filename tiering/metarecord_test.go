@@ -75,25 +75,11 @@ func TestObjectRecordsBinaryJSONStillRead(t *testing.T) {
 // makes its object lost at the next open: it is never served, and the
 // other objects are.
 func TestObjectRecordDamagedIsLost(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	g3 := newMemTier("G3", 0)
 	s := openTest(t, dir, g3, nil, 16<<20)
-	want := pattern(9, 2*4096)
-	ids := make([]ObjectID, 3)
-	for i := range ids {
-		id, err := s.Create("kv", 4096, "file")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.WriteAt(ctx, id, want, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Flush(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
-	}
+	const n = 2 * recBS
+	ids := []ObjectID{writeObject(t, s, "kv", "file", 9, n), writeObject(t, s, "kv", "file", 9, n), writeObject(t, s, "kv", "file", 9, n)}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +94,8 @@ func TestObjectRecordDamagedIsLost(t *testing.T) {
 			t.Fatalf("object %d of a damaged record: %v, want ErrNotExist", id, err)
 		}
 	}
-	got := make([]byte, len(want))
-	if n, err := s.ReadAt(ctx, ids[2], got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
-		t.Fatalf("intact object beside damaged records: n=%d err=%v", n, err)
+	if got, err := readAll(s, ids[2], n); err != nil || !bytes.Equal(got, pattern(9, n)) {
+		t.Fatalf("intact object beside damaged records: %d bytes, %v", len(got), err)
 	}
 }
 
