@@ -185,7 +185,7 @@ func TestKVWriteRequests(t *testing.T) {
 	// The page cache kept what the writes put there: no READ, but for
 	// the odd file whose cached pages the kernel dropped meanwhile (memory
 	// pressure, or an attribute refresh that saw a newer mtime: seen
-	// under a loaded `make test`, 2 files of 50). A page cache that is not
-	// kept would cost one READ per file.
-	atMost(t, "open+read+close", c.take(), files, map[string]float64{"OPEN": 1, "GETATTR": 0.1, "READ": 0.1, "RELEASE": 1.1})
+	// under a loaded `make test`, 2 and 8 files of 50). A page cache that
+	// is not kept would cost one READ per file, so half is the bound.
+	atMost(t, "open+read+close", c.take(), files, map[string]float64{"OPEN": 1, "GETATTR": 0.1, "READ": 0.5, "RELEASE": 1.1})
 }
