@@ -98,8 +98,11 @@ type Agent struct {
 	seen   map[string]struct{} // command ids applied by this process
 	seenQ  []string
 
-	seq      atomic.Uint64
-	last     tiering.Stats // previous report's counters (report goroutine only)
+	seq atomic.Uint64
+	// reportMu serializes BuildReport (the report loop's and any other
+	// caller's, such as a test or benchmark): it guards last.
+	reportMu sync.Mutex
+	last     tiering.Stats // previous report's counters
 	c        counters
 	resyncMu sync.Mutex
 	// applied is the applied-commands bucket once the bus is set up.

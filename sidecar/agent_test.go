@@ -334,3 +334,35 @@ func TestDuplicateHostNameDetected(t *testing.T) {
 		t.Fatalf("a unique host name reported as duplicate %d times", n)
 	}
 }
+
+// TestBuildReportBesideRun: BuildReport is exported (benchmarks, tests)
+// and may be called while Run builds its own reports, and from several
+// goroutines; under -race this fails if the calls share report state
+// unguarded (as they did: a CI run caught the previous report's counters
+// written by Run's report and a test's at once).
+func TestBuildReportBesideRun(t *testing.T) {
+	r := newRig(t)
+	a, fa := r.host(t, "host-a")
+	fa.write(t, "x", bytes.Repeat([]byte{7}, 10000))
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Published > 2 }, "reports published")
+	end := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	bad := make(chan string, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if rep := a.BuildReport(time.Now()); rep.Host != "host-a" {
+					bad <- rep.Host
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(bad)
+	for h := range bad {
+		t.Fatalf("report of host %q", h)
+	}
+}

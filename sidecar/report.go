@@ -42,8 +42,12 @@ func hits(st tiering.Stats) msg.Hits {
 
 // BuildReport assembles the heat report for now (exported for the
 // benchmark of its cost). Objects whose blocks are all in G4 are parked in
-// the ranking so later reports do not walk them again.
+// the ranking so later reports do not walk them again. Calls are
+// serialized (each report's moves are counted since the one before, which
+// any caller may have built); it is safe beside Run.
 func (a *Agent) BuildReport(now time.Time) *msg.Report {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
 	st := a.store.Stats()
 	r := &msg.Report{V: msg.Version, Host: a.cfg.Host, Boot: a.boot, Seq: a.seq.Add(1), Time: now.UnixNano(),
 		Interval: a.cfg.Interval.Milliseconds(), Tiers: tiers(a.store.Occupancy()), Hits: hits(st),
