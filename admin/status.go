@@ -56,6 +56,11 @@ type Status struct {
 	// RestoreCost is each lower tier's estimated block read time, the
 	// basis of restore budgets (tiering.Store.ReadCost).
 	RestoreCost map[string]tiering.TierCost `json:"restore_cost,omitempty"`
+	// G4Lifecycle is the state of the S3 bucket lifecycle rule for g4_ttl
+	// (config g4_lifecycle): "installed: …", "off", "unsupported by the
+	// server: …", "denied: …" or "pending: …" (S3 not answering yet);
+	// empty without an S3 G4.
+	G4Lifecycle string `json:"g4_lifecycle,omitempty"`
 	// LookupMisses is Lookups.Misses (kept for older clients).
 	LookupMisses int64 `json:"lookup_misses"`
 	// Curves are the online miss-ratio curves of the KV lookups

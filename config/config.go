@@ -125,6 +125,12 @@ type Config struct {
 	// file sunk to G4 is stored as runs of its blocks of up to this size,
 	// one object each; 0 = one object per block.
 	G4PackSize int64
+	// G4Lifecycle is whether the daemon keeps an S3 bucket lifecycle rule
+	// for g4_ttl: "auto" installs it where the server supports lifecycle
+	// rules and tagged PUTs (the TTL sweeper runs either way), "off"
+	// removes the daemon's rule if the bucket has one. No effect on a
+	// file:// G4.
+	G4Lifecycle string
 	// G2Policy is G2's eviction policy: "decay" (LRFU with TinyLFU
 	// admission), "adaptive" (decay or LRU, whichever hits more on shadow
 	// caches), "density" (learned hit density per class) or "arbiter"

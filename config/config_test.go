@@ -225,6 +225,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "g4 size", flags: map[string]string{"g4-size": "lots"}, want: []string{"g4_size", "--g4-size", `"lots"`, "or auto"}},
 		{name: "g4 size negative", env: map[string]string{"CTXMEM_G4_SIZE": "-1"}, want: []string{"g4_size", "negative"}},
 		{name: "g4 size below a block", flags: map[string]string{"g4-size": "64KiB"}, want: []string{"g4_size", "largest block size"}},
+		{name: "g4 lifecycle", yaml: "g4_lifecycle: yes\n", want: []string{"g4_lifecycle", "want auto or off"}},
 		{name: "g4 pack size", flags: map[string]string{"g4-pack-size": "512KiB"}, want: []string{"g4_pack_size", "1MiB to 256MiB"}},
 		{name: "g4 watermarks", yaml: "g4_high: 0.8\ng4_low: 0.9\n", want: []string{"g4_low", "below g4_high"}},
 		{name: "g4 fraction range", flags: map[string]string{"g4-high": "120%"}, want: []string{"g4_high", "outside"}},

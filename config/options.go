@@ -108,6 +108,8 @@ func table() []Option {
 			setFraction(func(c *Config) *float64 { return &c.G4Low }), getFloat(func(c *Config) *float64 { return &c.G4Low })),
 		opt("g4_pack_size", "16MiB", "largest G4 pack object: a file sunk to G4 is stored as runs of its blocks of up to this size (one PUT each instead of one per block; keep it at most 16MiB on S3, whose larger uploads take several requests); 1MiB to 256MiB, or 0 for one object per block",
 			setSize(func(c *Config) *int64 { return &c.G4PackSize }), getSize(func(c *Config) *int64 { return &c.G4PackSize })),
+		opt("g4_lifecycle", "auto", "S3 bucket lifecycle rule for g4_ttl: auto (installed where the server supports it: the server then also deletes KV blocks under the prefix g4_ttl after they were stored, rounded up to whole days, even those of a host that is gone; NBD export blocks are untagged and kept) or off (the daemon's rule is removed); the daemon's own expiry sweep runs either way",
+			setString(func(c *Config) *string { return &c.G4Lifecycle }), getString(func(c *Config) *string { return &c.G4Lifecycle })),
 		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",

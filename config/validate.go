@@ -81,6 +81,9 @@ func (c Config) Validate() error {
 			bad(t.key, "%q: want 1-64 letters, digits, '_' or '-'", t.v)
 		}
 	}
+	if c.G4Lifecycle != "auto" && c.G4Lifecycle != "off" {
+		bad("g4_lifecycle", "%q: want auto or off", c.G4Lifecycle)
+	}
 	if c.PoolShare != "eager" && c.PoolShare != "wanted" {
 		bad("pool_share", "%q: want eager or wanted", c.PoolShare)
 	}

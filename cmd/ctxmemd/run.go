@@ -66,11 +66,14 @@ type daemon struct {
 	// reload.
 	values atomic.Pointer[map[string]config.Namespace]
 	// lat holds the request latency histograms the front ends feed.
-	lat   *metrics.Latencies
-	link  *fabric.LinkWatcher
-	ctl   *control
-	pool  *poolState
-	start time.Time
+	lat  *metrics.Latencies
+	link *fabric.LinkWatcher
+	// lifecycle is the G4 bucket lifecycle rule's state for status (nil
+	// unless G4 is on S3; keepLifecycle).
+	lifecycle atomic.Pointer[string]
+	ctl       *control
+	pool      *poolState
+	start     time.Time
 
 	wg   sync.WaitGroup
 	errs chan error // fatal errors of owned goroutines
@@ -375,6 +378,9 @@ func (d *daemon) open(ctx context.Context) error {
 			}
 		}})
 		d.goroutine(ctx, "g4-expiry", sw.Run)
+		if st, ok := d.g4.Store().(*s3.Store); ok {
+			d.goroutine(ctx, "g4-lifecycle", func(ctx context.Context) error { return d.keepLifecycle(ctx, st) })
+		}
 	}
 	return nil
 }
@@ -728,6 +734,9 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 		_, skips = d.fuse.RestoreSkips()
 	}
 	st.RestoreCost = d.store.ReadCost()
+	if p := d.lifecycle.Load(); p != nil {
+		st.G4Lifecycle = *p
+	}
 	for _, l := range nsLookups {
 		if n := per[l.Namespace]; n != nil {
 			n.Lookups = l.Counts

@@ -116,6 +116,9 @@ func writeStatus(w io.Writer, st admin.Status) error {
 		}
 		fmt.Fprintf(tw, "restore cost\tper block read: %s\n", strings.Join(parts, ", "))
 	}
+	if st.G4Lifecycle != "" {
+		fmt.Fprintf(tw, "G4 lifecycle\t%s\n", st.G4Lifecycle)
+	}
 	fmt.Fprintf(tw, "dirty\t%s of %s (writer waits %d)\n", config.HumanSize(s.DirtyBytes), config.HumanSize(s.DirtyLimitBytes), s.WriterWaits)
 	fmt.Fprintf(tw, "evictions\t%s\n", joinCounts(s.Evictions))
 	fmt.Fprintf(tw, "demotions\t%s; promotions %d\n", joinCounts(s.Demotions), s.Promotions)

@@ -266,7 +266,9 @@ type Status struct {
 	Passthrough PassthroughStatus          `json:"passthrough"`
 	// Lookups are the mount's KV lookups (package hitratio).
 	Lookups hitratio.Counts `json:"lookups"`
-	Raw     json.RawMessage `json:"-"`
+	// G4Lifecycle is the S3 bucket lifecycle rule's state (g4_lifecycle).
+	G4Lifecycle string          `json:"g4_lifecycle"`
+	Raw         json.RawMessage `json:"-"`
 }
 
 // PassthroughStatus is the mount's FUSE passthrough state in Status.

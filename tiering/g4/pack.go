@@ -197,7 +197,7 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (i
 	t.idx.beginPack(name)
 	defer t.idx.endPack(name)
 	err := t.callSized(ctx, "put pack", k0, payload, func(ctx context.Context) error {
-		return t.store.Put(ctx, name, io.MultiReader(readers...), ref.size(), nil)
+		return t.putObject(ctx, k0, name, io.MultiReader(readers...), ref.size())
 	})
 	if err != nil {
 		if errors.Is(err, tier.ErrUnavailable) && ctx.Err() == nil {

@@ -57,6 +57,18 @@ type ObjectStore interface {
 	List(ctx context.Context, prefix string, fn func(ObjectAttrs) bool) error
 }
 
+// ServerExpiry is implemented by an ObjectStore whose server can delete
+// objects by itself at the TTL (an S3 bucket lifecycle rule,
+// s3.Store.SetLifecycleTTL). The Tier writes a block that expiry may drop
+// (not tier.Retainer-kept: a cache-class block) with PutExpirable and a
+// kept one (an NBD export's) with Put, so a server-side rule can spare the
+// kept ones. PutExpirable is Put otherwise (same arguments, errors and
+// durability); it may mark the object (an object tag) only while the
+// store's rule is installed.
+type ServerExpiry interface {
+	PutExpirable(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error
+}
+
 // ObjectAttrs describes one stored object.
 type ObjectAttrs struct {
 	Name    string            // the object's name

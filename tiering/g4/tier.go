@@ -105,7 +105,7 @@ type Stats struct {
 // (index.go) answers Stat and Usage without backend calls. Safe for
 // concurrent use.
 type Tier struct {
-	store   ObjectStore // raw, wrapped to count requests
+	store   countingStore // raw, wrapped to count requests
 	raw     ObjectStore
 	req     reqCounters
 	opts    TierOptions
@@ -137,6 +137,16 @@ func (t *Tier) retained(k tier.Key) bool {
 		return (*r).Retain(k)
 	}
 	return t.opts.Retain != nil && t.opts.Retain(k)
+}
+
+// putObject stores one object of the tier whose first (or only) block is
+// k: a block expiry may drop goes through the store's server-side expiry
+// (ServerExpiry), a retained one is a plain Put.
+func (t *Tier) putObject(ctx context.Context, k tier.Key, name string, r io.Reader, size int64) error {
+	if !t.retained(k) {
+		return t.store.PutExpirable(ctx, name, r, size, nil)
+	}
+	return t.store.Put(ctx, name, r, size, nil)
 }
 
 var (
@@ -308,7 +318,7 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	hdr := encodeHeader(k, data)
 	err := t.call(ctx, "put", k, func(ctx context.Context) error {
 		body := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(data))
-		return t.store.Put(ctx, name, body, int64(len(hdr))+n, nil)
+		return t.putObject(ctx, k, name, body, int64(len(hdr))+n)
 	})
 	empty := t.idx.put(k, n, err == nil, t.opts.Now().UnixNano())
 	if err == nil {

@@ -23,6 +23,18 @@ import (
 // Errors: g4.ErrInvalid (name, metadata, reader length), the caller's
 // context error, tier.ErrUnavailable (see Store), other S3 errors.
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error {
+	return s.put(ctx, name, r, size, meta, false)
+}
+
+// PutExpirable implements g4.ServerExpiry: Put, with the object tagged
+// ExpiryTag=ExpiryTagValue while this store's lifecycle rule is installed
+// (SetLifecycleTTL), so that the rule expires it; untagged otherwise.
+func (s *Store) PutExpirable(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error {
+	return s.put(ctx, name, r, size, meta, s.tagExpirable.Load())
+}
+
+// put is Put, tagging the object for the lifecycle rule when tagged.
+func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string, tagged bool) error {
 	key, err := s.checkName(ctx, "put", name)
 	if err != nil {
 		return err
@@ -34,6 +46,9 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64, m
 		return fmt.Errorf("s3 put %q: %w: size %d", name, g4.ErrInvalid, size)
 	}
 	opts := minio.PutObjectOptions{UserMetadata: encodeMeta(meta), PartSize: uint64(s.opts.PartSize)}
+	if tagged {
+		opts.UserTags = map[string]string{ExpiryTag: ExpiryTagValue}
+	}
 	if size > s.opts.PartSize {
 		_, err := s.client.PutObject(ctx, s.opts.Bucket, key, &exactReader{r: r, left: size}, size, opts)
 		return s.classify(ctx, "put", name, err)

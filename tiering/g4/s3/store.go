@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -39,6 +40,9 @@ type Store struct {
 	health *health
 	reqs   *requestCounters
 	bufs   sync.Pool // *[]byte of up to PartSize bytes for single PUTs
+	// tagExpirable: this store's lifecycle rule is installed and the server
+	// took a tagged PUT (SetLifecycleTTL), so PutExpirable tags.
+	tagExpirable atomic.Bool
 }
 
 var _ g4.ObjectStore = (*Store)(nil)

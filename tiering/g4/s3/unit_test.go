@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/g4"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
@@ -90,6 +91,11 @@ type fakeS3 struct {
 	lifecycle string   // stored lifecycle XML; "" = none
 	status    int      // if set, every request gets this status with code
 	code      string
+	// tags: object key → its PUT's X-Amz-Tagging header ("" untagged),
+	// while the object exists; rejectTags answers a tagged PUT with
+	// NotImplemented.
+	tags       map[string]string
+	rejectTags bool
 }
 
 func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +125,21 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case q.Has("lifecycle") && r.Method == http.MethodDelete:
 		f.lifecycle = ""
 		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && len(q) == 0:
+		tag := r.Header.Get("X-Amz-Tagging")
+		if tag != "" && f.rejectTags {
+			errXML(http.StatusNotImplemented, codeNotImplemented)
+			return
+		}
+		if f.tags == nil {
+			f.tags = map[string]string{}
+		}
+		f.tags[r.URL.Path] = tag
+		w.Header().Set("ETag", `"d41d8cd98f00b204e9800998ecf8427e"`)
+		w.WriteHeader(http.StatusOK)
+	case r.Method == http.MethodDelete && len(q) == 0:
+		delete(f.tags, r.URL.Path)
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		errXML(http.StatusNotImplemented, codeNotImplemented)
 	}
@@ -140,41 +161,104 @@ func TestLifecycleRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetLifecycleTTL(context.Background(), 3); err != nil {
+	ctx := context.Background()
+	put := func(name string, expirable bool) string {
+		t.Helper()
+		var err error
+		if expirable {
+			err = s.PutExpirable(ctx, name, strings.NewReader("x"), 1, nil)
+		} else {
+			err = s.Put(ctx, name, strings.NewReader("x"), 1, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.tags["/bkt/pre/"+name]
+	}
+	if tag := put("a", true); tag != "" {
+		t.Fatalf("tagged %q before any rule was installed", tag)
+	}
+	if err := s.SetLifecycleTTL(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"<ID>other</ID>", "<Prefix>logs/</Prefix>", "<Days>30</Days>",
-		"<ID>" + LifecycleRuleID + "</ID>", "<Prefix>pre/</Prefix>", "<Days>3</Days>", "<DaysAfterInitiation>1</DaysAfterInitiation>"} {
+		"<ID>" + LifecycleRuleID + "</ID>", "<And><Prefix>pre/</Prefix><Tag><Key>" + ExpiryTag + "</Key><Value>" + ExpiryTagValue + "</Value></Tag></And>", "<Days>3</Days>",
+		"<ID>" + uploadsRuleID + "</ID>", "<Filter><Prefix>pre/</Prefix></Filter>", "<DaysAfterInitiation>1</DaysAfterInitiation>"} {
 		if !strings.Contains(f.lifecycle, want) {
 			t.Fatalf("lifecycle sent lacks %s:\n%s", want, f.lifecycle)
 		}
 	}
-	// Setting again replaces our rule, keeps the other.
-	if err := s.SetLifecycleTTL(context.Background(), 5); err != nil {
+	if _, left := f.tags["/bkt/pre/"+lifecycleProbe]; left {
+		t.Fatal("the tagging probe was not deleted")
+	}
+	// Blocks expiry may drop are tagged for the rule, kept ones are not.
+	if tag := put("b", true); tag != ExpiryTag+"="+ExpiryTagValue {
+		t.Fatalf("expirable put tagged %q", tag)
+	}
+	if tag := put("c", false); tag != "" {
+		t.Fatalf("kept put tagged %q", tag)
+	}
+	// Setting again replaces our rules, keeps the other.
+	if err := s.SetLifecycleTTL(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(f.lifecycle, LifecycleRuleID) != 1 || !strings.Contains(f.lifecycle, "<Days>5</Days>") || !strings.Contains(f.lifecycle, "<ID>other</ID>") {
+	if strings.Count(f.lifecycle, "<ID>"+LifecycleRuleID+"</ID>") != 1 || strings.Count(f.lifecycle, uploadsRuleID) != 1 ||
+		!strings.Contains(f.lifecycle, "<Days>5</Days>") || !strings.Contains(f.lifecycle, "<ID>other</ID>") {
 		t.Fatalf("after a second set:\n%s", f.lifecycle)
 	}
-	// Removing ours keeps the other; removing from a bucket with only ours deletes the configuration.
-	if err := s.SetLifecycleTTL(context.Background(), 0); err != nil {
+	// Removing ours keeps the other and stops the tagging; removing from a
+	// bucket with only ours deletes the configuration.
+	if err := s.SetLifecycleTTL(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(f.lifecycle, LifecycleRuleID) || !strings.Contains(f.lifecycle, "<ID>other</ID>") {
 		t.Fatalf("after removal:\n%s", f.lifecycle)
 	}
+	if tag := put("d", true); tag != "" {
+		t.Fatalf("tagged %q after the rule was removed", tag)
+	}
 	f.lifecycle = ""
-	if err := s.SetLifecycleTTL(context.Background(), 2); err != nil {
+	if err := s.SetLifecycleTTL(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetLifecycleTTL(context.Background(), 0); err != nil {
+	if err := s.SetLifecycleTTL(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if f.lifecycle != "" || !strings.HasPrefix(f.requests[len(f.requests)-1], "DELETE ") {
 		t.Fatalf("lifecycle not deleted: %q, last request %s", f.lifecycle, f.requests[len(f.requests)-1])
 	}
-	if err := s.SetLifecycleTTL(context.Background(), -1); err == nil {
-		t.Fatal("negative TTL accepted")
+}
+
+// TestLifecycleTaggingRefused: a server with lifecycle rules but no tagged
+// PUTs gets no rule (it would expire nothing) and no tags.
+func TestLifecycleTaggingRefused(t *testing.T) {
+	f := &fakeS3{rejectTags: true}
+	s, err := f.store(t, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.SetLifecycleTTL(ctx, 3); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "tagged PUT") {
+		t.Fatalf("SetLifecycleTTL = %v; want ErrNotSupported for the tagged PUT", err)
+	}
+	if f.lifecycle != "" {
+		t.Fatalf("rule left installed:\n%s", f.lifecycle)
+	}
+	if err := s.PutExpirable(ctx, "a", strings.NewReader("x"), 1, nil); err != nil {
+		t.Fatalf("expirable put after the refusal: %v", err)
+	}
+	if tag := f.tags["/bkt/pre/a"]; tag != "" {
+		t.Fatalf("tagged %q", tag)
+	}
+}
+
+func TestLifecycleDays(t *testing.T) {
+	for ttl, want := range map[time.Duration]int{time.Hour: 1, 24 * time.Hour: 1, 25 * time.Hour: 2, 72 * time.Hour: 3, 0: 1} {
+		if got := LifecycleDays(ttl); got != want {
+			t.Errorf("LifecycleDays(%v) = %d; want %d", ttl, got, want)
+		}
 	}
 }
 
