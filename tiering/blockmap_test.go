@@ -20,7 +20,7 @@ func TestBlockStateBytesAtRest(t *testing.T) {
 	testenv.HeapPer(t, n, fmt.Sprintf("one-block file's block state at rest (plus the %d B blockMap in the object)",
 		unsafe.Sizeof(blockMap{})), 80, func() any {
 		for i := range objs {
-			objs[i].set(0, &blockState{inG3: true, version: uint64(i), cleanVer: uint64(i)})
+			objs[i].set(0, &blockState{in: tiersOf(tiG3), version: uint64(i), cleanVer: uint64(i)})
 		}
 		return objs
 	})

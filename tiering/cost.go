@@ -93,11 +93,11 @@ func (s *Store) RestoreEstimate(id ObjectID) (d time.Duration, slowest string, e
 		}
 		ti := -1
 		switch {
-		case b.inG3:
+		case b.in.has(tiG3):
 			ti = tiG3
-		case b.inG35:
+		case b.in.has(tiG35):
 			ti = tiG35
-		case b.inG4:
+		case b.in.has(tiG4):
 			ti = tiG4
 		}
 		if ti < 0 {

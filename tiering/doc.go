@@ -84,9 +84,9 @@
 //	queued        dirty, b.queued, b.wb.delayUntil == 0: in Store.wbQueue
 //	busy          o.busy[idx] > 0: a put, delete or fsck read of the key
 //	              runs without o.mu (combines with any state above)
-//	clean in G2   !b.dirty, b.g2 != nil and inG3, inG35 or inG4 set;
+//	clean in G2   !b.dirty, b.g2 != nil and b.in holding G3, G3.5 or G4;
 //	              in the eviction order unless o.held()
-//	below only    b.g2 == nil, inG3, inG35 or inG4 set
+//	below only    b.g2 == nil, b.in holding G3, G3.5 or G4
 //	stale         o.stale[idx] has staleG3 or staleG4: that tier may hold
 //	              a copy of the key that is not the live bytes, queued for
 //	              deletion (gc); o.clean() is false meanwhile
@@ -133,7 +133,7 @@
 //	to busy        writeBack (beginBusy; a busy block is skipped, and the
 //	               span's end requeues it: endBusyLocked)
 //	to clean       writeBack, after the put, if b is still the block: sets
-//	               inG3 or inG4 and cleanVer; only if b.version is unchanged
+//	               b.in (G3 or G4) and cleanVer; only if b.version is unchanged
 //	               clears dirty and calls makeEvictable; the other tier's
 //	               copy turns stale and is deleted in the span
 //	failed put     writeBackFailed: retryWB (device class always, files while
@@ -146,12 +146,12 @@
 //	promoted       promoteLocked (readBlock when admitG2 admits; promote,
 //	               which marks g2block.prestaged), promoteMemLocked,
 //	               toMemFileLocked (OpenPassthrough)
-//	G3 copy gone   demoteOne (G3 reclaim): inG3 cleared and the copy stale,
+//	G3 copy gone   demoteOne (G3 reclaim): G3 dropped from b.in and the copy stale,
 //	               the bytes put to G4 or copied forward as dirty, unless G3
 //	               keeps it (relocateInG3) or the segment (postponeG3Reclaim)
-//	G3.5 copy      shareBlock sets inG35; writeBlock clears it (gc of the
+//	G3.5 copy      shareBlock adds G3.5 to b.in; writeBlock clears it (gc of the
 //	               pool copy); Unshare clears it; Import makes blocks that
-//	               have only inG35. G3.5 has no stale bit (tierBit is 0).
+//	               have only G3.5 in b.in. G3.5 has no stale bit (tierBit is 0).
 //	to hole        dropBlockLocked (Truncate, Discard, Delete and lose via
 //	               dropObjectLocked): frees G2, queues every copy for gc,
 //	               marks G3 and G4 copies (and an in-flight put) stale

@@ -89,13 +89,13 @@ func (s *Store) evictBlock(o *object, r bref) {
 		o.mu.Unlock()
 		return
 	}
-	if !b.inG3 && !b.inG4 && !b.inG35 {
+	if b.in.empty() {
 		// Cannot happen for a clean block; keep it rather than lose it.
 		o.mu.Unlock()
 		s.log.Error("clean G2 block without a lower copy", "object", r.id, "block", r.idx)
 		return
 	}
-	if !b.inG3 && s.g3 != nil && !o.isBusy(r.idx) {
+	if !b.in.has(tiG3) && s.g3 != nil && !o.isBusy(r.idx) {
 		if s.place.policy.PredictReuse(r.hash()) && s.admitG3(r) {
 			k, n := o.key(r.idx), o.blockLen(r.idx)
 			buf, err := s.pool.get(n)
@@ -112,7 +112,7 @@ func (s *Store) evictBlock(o *object, r bref) {
 				live := !o.deleted && o.gen == k.Gen && o.blocks.get(r.idx) == b
 				switch {
 				case err == nil && live && b.version == ver:
-					b.inG3 = true
+					b.in.add(tiG3)
 					o.clearStale(r.idx, staleG3)
 					s.c.demotions[tiG3].Add(1)
 				case err == nil:
@@ -229,13 +229,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	}
 	o.mu.Lock()
 	b := o.blocks.get(k.Index)
-	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil || !b.inG3 {
+	if o.deleted || o.gen != k.Gen || o.ns != k.Namespace || b == nil || !b.in.has(tiG3) {
 		o.mu.Unlock()
 		return id, true
 	}
 	s.c.evictions[tiG3].Add(1)
 	export := o.dur == DurabilityDevice
-	if export && !b.inG4 && o.isBusy(k.Index) && (s.relocateInG3(k) || s.postponeG3Reclaim()) {
+	if export && !b.in.has(tiG4) && o.isBusy(k.Index) && (s.relocateInG3(k) || s.postponeG3Reclaim()) {
 		// A put or delete of this key is in flight (often the very
 		// write-back whose roll-over reclaims this segment), so neither a
 		// G4 copy nor a copy forward can be ordered against it. G3 keeps
@@ -254,17 +254,17 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 	// returns while an older version could come back.
 	o.markStale(k.Index, staleG3)
 	s.gc(s.g3, k)
-	if b.inG4 || (b.dirty && (!export || s.g4 == nil)) {
+	if b.in.has(tiG4) || (b.dirty && (!export || s.g4 == nil)) {
 		// G4 has it, or write-back will store the newer bytes (an export
 		// without G4 has nowhere to keep the older version meanwhile).
-		b.inG3 = false
+		b.in.drop(tiG3)
 		o.mu.Unlock()
 		return id, true
 	}
 	if b.dirty && o.isBusy(k.Index) {
 		// The newer bytes are being written back right now; a put of the
 		// older version could land after them.
-		b.inG3 = false
+		b.in.drop(tiG3)
 		o.mu.Unlock()
 		return id, true
 	}
@@ -279,7 +279,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		_, err := s.readLower(ctx, o, k.Index, b, data, 0)
 		cancel()
 		if err != nil {
-			b.inG3 = false
+			b.in.drop(tiG3)
 			o.mu.Unlock()
 			if export {
 				s.log.Error("export block unreadable while G3 reclaims it", "key", k.String(), "err", err)
@@ -299,15 +299,15 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		if export {
 			return id, s.copyForwardLocked(o, b, k, data)
 		}
-		if !b.inG4 && !b.inG35 && s.postponeG3Reclaim() {
+		if !b.in.has(tiG4) && !b.in.has(tiG35) && s.postponeG3Reclaim() {
 			// Its only copy is here: keep the whole segment for now
 			// rather than lose the file (the in-flight put or delete is
 			// short; the next roll-over tries again).
 			o.clearStale(k.Index, staleG3)
 			return id, true
 		}
-		b.inG3 = false
-		return id, b.inG4 || b.inG35
+		b.in.drop(tiG3)
+		return id, b.in.has(tiG4) || b.in.has(tiG35)
 	}
 	// The G4 write runs without the object lock, so a slow object store
 	// does not stall the object's readers and writers; the block keeps
@@ -336,13 +336,13 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		}
 		return id, true
 	}
-	b.inG3 = false
+	b.in.drop(tiG3)
 	if wasDirty {
 		// The older version of an export block: G4 keeps it until the
 		// write-back of the newer bytes replaces or deletes it (writeBack
 		// deletes a G4 copy once G3 holds the key).
 		if err == nil {
-			b.inG4 = true
+			b.in.add(tiG4)
 			o.clearStale(k.Index, staleG4)
 			s.c.demotions[tiG4].Add(1)
 		} else {
@@ -357,7 +357,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		return id, true
 	}
 	if err == nil {
-		b.inG4 = true
+		b.in.add(tiG4)
 		o.clearStale(k.Index, staleG4)
 		s.c.demotions[tiG4].Add(1)
 		return id, true
@@ -370,7 +370,7 @@ func (s *Store) demoteOne(k tier.Key, buf []byte) (ObjectID, bool) {
 		// hook's own span, so nothing can be ordered against it), or
 		// keeps the whole segment for now (a copy forward would leave the
 		// flushed bytes in G2 alone until written back again).
-		b.inG3 = true
+		b.in.add(tiG3)
 		o.clearStale(k.Index, staleG3)
 		return id, true
 	}
@@ -418,10 +418,10 @@ func (s *Store) postponeG3Reclaim() bool {
 // copyForwardLocked keeps block b's bytes (data, read from the segment G3
 // is about to reuse, or its G2 copy) as a dirty G2 block, so write-back
 // stores them again. It reports false when no G2 buffer could be had (the
-// block is then dropped). o.mu held for writing; b.inG3 is already false.
+// block is then dropped). o.mu held for writing; b.in already lacks G3.
 func (s *Store) copyForwardLocked(o *object, b *blockState, k tier.Key, data []byte) bool {
 	r := bref{o.id, k.Index}
-	b.inG3 = false
+	b.in.drop(tiG3)
 	g := b.g2.Load()
 	if g == nil {
 		ng, err := s.allocBlock(o, k.Index, max(len(data), 1))

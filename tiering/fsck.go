@@ -489,11 +489,11 @@ func (f *fscker) dropLocked(o *object, idx uint32, b *blockState, ti int, t tier
 	s := f.s
 	switch ti {
 	case tiG3:
-		b.inG3 = false
+		b.in.drop(tiG3)
 	case tiG35:
-		b.inG35 = false
+		b.in.drop(tiG35)
 	case tiG4:
-		b.inG4 = false
+		b.in.drop(tiG4)
 	}
 	// Until the delete is done the copy could come back at a restart
 	// (a G3 record with no tombstone yet): recorded stale, so the object
@@ -505,7 +505,7 @@ func (f *fscker) dropLocked(o *object, idx uint32, b *blockState, ti int, t tier
 	switch {
 	case b.dirty:
 		bad.Outcome = FsckDirty
-	case b.inG3 || b.inG35 || b.inG4:
+	case !b.in.empty():
 		bad.Outcome = FsckOtherCopy
 	case g != nil:
 		// Its G2 copy is the block's bytes (a clean block's G2 copy was

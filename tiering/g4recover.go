@@ -17,7 +17,7 @@ import (
 // background once G4 answers (recoverG4Loop):
 //
 //   - A clean object's written block that is not in G3 is assumed to be in
-//     G4 (inG4 set, unverified): the object is kept, its record is kept,
+//     G4 (b.in holds G4, unverified): the object is kept, its record is kept,
 //     and a read of such a block goes to G4, which fails with
 //     tier.ErrUnavailable (EIO) while the store is down. Nothing is
 //     declared lost on a listing that is missing.
@@ -30,7 +30,7 @@ import (
 //
 // When a Range of G4 succeeds, reconcileG4 applies what recovery would
 // have decided, to the blocks that nothing has changed since: a listed
-// block not in G3 gets inG4 (G3 wins where both hold one, see recover); an
+// block not in G3 gets G4 in b.in (G3 wins where both hold one, see recover); an
 // assumed block that is
 // not listed and has no other copy makes its object lost, as it would
 // have been at Open; exports get their G4 blocks; then listed copies that
@@ -152,16 +152,16 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 		}
 		_, inList := listed[k]
 		switch {
-		case b.inG3:
+		case b.in.has(tiG3):
 			// G3 wins, as in recover: a G4 copy of a block G3 holds may
 			// be a stale one whose delete failed during the outage.
-			b.inG4 = false
+			b.in.drop(tiG4)
 		case inList:
-			b.inG4 = true
+			b.in.add(tiG4)
 			used[k] = true
 			confirmed++
-		case b.inG35 || b.g2.Load() != nil:
-			b.inG4 = false
+		case b.in.has(tiG35) || b.g2.Load() != nil:
+			b.in.drop(tiG4)
 		default:
 			lost[o.id] = k
 		}
@@ -182,7 +182,7 @@ func (s *Store) reconcileG4(listed map[tier.Key]int64, attempts int) {
 				if o.blocks.get(k.Index) != nil {
 					continue // in G3 too: G3 wins (recoverDevice); the G4 copy is garbage
 				}
-				o.blocks.set(k.Index, &blockState{inG4: true})
+				o.blocks.set(k.Index, &blockState{in: tiersOf(tiG4)})
 				used[k] = true
 				merged++
 			}

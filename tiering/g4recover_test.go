@@ -387,10 +387,10 @@ func TestStaleG4CopyLosesToG3(t *testing.T) {
 	defer s.Close()
 	o := s.get(e)
 	o.mu.RLock()
-	in3, in4 := o.blocks.get(0).inG3, o.blocks.get(0).inG4
+	in3, in4 := o.blocks.get(0).in.has(tiG3), o.blocks.get(0).in.has(tiG4)
 	o.mu.RUnlock()
 	if !in3 || in4 {
-		t.Fatalf("recovered flags inG3 %v inG4 %v; want G3 only", in3, in4)
+		t.Fatalf("recovered tiers G3 %v G4 %v; want G3 only", in3, in4)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for g4.has(k) {

@@ -147,37 +147,35 @@ func (s *Store) countHit(src, n int) {
 	s.c.byteHits[src].Add(int64(n))
 }
 
-// readLower reads dst from block idx at offset off in G3, else G4. Bytes
+// readLower reads dst from block idx at offset off in the first tier of
+// the chain that holds it (G3, then G3.5, then G4). Bytes
 // past the stored length read as zeros. Returns the serving tier index, or
 // tier.ErrNotFound / tier.ErrCorrupt when no tier has a good copy. o.mu is
 // held (read or write).
 func (s *Store) readLower(ctx context.Context, o *object, idx uint32, b *blockState, dst []byte, off int64) (int, error) {
 	k := o.key(idx)
 	var firstErr error
-	for _, c := range []struct {
-		has bool
-		t   tier.Tier
-		ti  int
-	}{{b.inG3, s.g3, tiG3}, {b.inG35, s.g35, tiG35}, {b.inG4, s.g4, tiG4}} {
-		if !c.has || c.t == nil {
+	for ti := tiG3; ti < nTiers; ti++ { // in tier order: the fastest copy first
+		t := s.tierAt(ti)
+		if !b.in.has(ti) || t == nil {
 			continue
 		}
 		t0 := time.Now()
-		n, err := s.getFrom(ctx, c.ti, k, dst, off)
+		n, err := s.getFrom(ctx, ti, k, dst, off)
 		if err == nil {
-			s.noteRead(c.ti, time.Since(t0))
+			s.noteRead(ti, time.Since(t0))
 			clear(dst[n:])
-			return c.ti, nil
+			return ti, nil
 		}
 		if errors.Is(err, tier.ErrCorrupt) {
 			s.c.crcErrors.Add(1)
-			s.log.Error("corrupt block quarantined", "tier", c.t.Name(), "key", k.String(), "err", err)
+			s.log.Error("corrupt block quarantined", "tier", t.Name(), "key", k.String(), "err", err)
 		} else if !errors.Is(err, tier.ErrNotFound) {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
 			if !errors.Is(err, health.ErrRefused) { // a refusal was not a read: its state change was logged
-				s.log.Warn("tier read failed", "tier", c.t.Name(), "key", k.String(), "err", err)
+				s.log.Warn("tier read failed", "tier", t.Name(), "key", k.String(), "err", err)
 			}
 			if firstErr == nil {
 				firstErr = err
@@ -365,7 +363,7 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 	g := b.g2.Load()
 	if g == nil {
 		oldLen := 0
-		if b.inG3 || b.inG4 {
+		if b.in.has(tiG3) || b.in.has(tiG4) {
 			oldLen = o.blockLen(idx)
 		}
 		ng, err := s.allocBlock(o, idx, max(need, oldLen))
@@ -402,10 +400,10 @@ func (s *Store) writeBlock(ctx context.Context, o *object, idx uint32, boff int,
 		return err
 	}
 	g.n = max(g.n, need)
-	if b.inG35 {
+	if b.in.has(tiG35) {
 		// The pool holds the old bytes under the same key: it is stale
 		// now (the G3.5 tier withdraws it from the shared index).
-		b.inG35 = false
+		b.in.drop(tiG35)
 		s.gc(s.g35, o.key(r.idx))
 	}
 	o.wseq++

@@ -167,7 +167,7 @@ func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier
 	off := 0
 	for _, idx := range idxs {
 		var dst []byte
-		if b := o.blocks.get(idx); b != nil && !b.inG4 {
+		if b := o.blocks.get(idx); b != nil && !b.in.has(tiG4) {
 			dst = buf.get(off) // the block's bytes are to be put
 		}
 		it, ok, err := s.sinkPrepLocked(ctx, o, idx, dst)
@@ -265,7 +265,7 @@ func (s *Store) sinkPrepLocked(ctx context.Context, o *object, idx uint32, buf [
 		return it, false, nil // rewritten meanwhile: its write-back places it
 	}
 	it = sinkItem{idx: idx, b: b, k: o.key(idx)}
-	if b.inG4 {
+	if b.in.has(tiG4) {
 		return it, true, nil
 	}
 	data := buf[:o.blockLen(idx)]
@@ -297,7 +297,7 @@ func (s *Store) sinkDoneLocked(o *object, it sinkItem, err error) (moved bool, r
 	if err != nil {
 		return false, 0, fmt.Errorf("sink %s: %w", it.k, err)
 	}
-	b.inG4 = true
+	b.in.add(tiG4)
 	o.clearStale(it.idx, staleG4)
 	s.c.demotions[tiG4].Add(1)
 	return true, s.releaseUpperLocked(o, it.idx, b, it.k), nil
@@ -306,11 +306,11 @@ func (s *Store) sinkDoneLocked(o *object, it sinkItem, err error) (moved bool, r
 // releaseUpperLocked drops the G3 and G2 copies of block idx, which has a
 // G4 copy, and returns how many it dropped; o.mu held for writing.
 func (s *Store) releaseUpperLocked(o *object, idx uint32, b *blockState, k tier.Key) (released int) {
-	if b.inG3 {
+	if b.in.has(tiG3) {
 		// Until it is deleted the G3 copy would outlive a rewrite of the
 		// key to G4: recorded stale, so the object is not recorded clean
 		// with it.
-		b.inG3 = false
+		b.in.drop(tiG3)
 		o.markStale(idx, staleG3)
 		s.gc(s.g3, k)
 		s.c.evictions[tiG3].Add(1)
@@ -407,13 +407,13 @@ func (s *Store) Residency(id ObjectID) (Residency, error) {
 		if b.g2.Load() != nil {
 			r.G2++
 		}
-		if b.inG3 {
+		if b.in.has(tiG3) {
 			r.G3++
 		}
-		if b.inG35 {
+		if b.in.has(tiG35) {
 			r.G35++
 		}
-		if b.inG4 {
+		if b.in.has(tiG4) {
 			r.G4++
 		}
 	}

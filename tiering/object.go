@@ -78,10 +78,10 @@ func (g *g2block) fill(boff int, data []byte) error {
 // install a promoted copy with CompareAndSwap); every other field, and
 // replacing or clearing g2, needs the object's write lock.
 type blockState struct {
-	g2     atomic.Pointer[g2block]
-	inG3   bool
-	inG35  bool // a copy is in the shared pool (Share, Import)
-	inG4   bool
+	g2 atomic.Pointer[g2block]
+	// in is the set of tiers below G2 holding a copy of the block's bytes
+	// (G3, G3.5: a copy in the shared pool from Share or Import, G4).
+	in     tierSet
 	dirty  bool
 	queued bool // waiting in the write-back queue
 	// version is the object's write sequence (object.wseq) at this block's
@@ -127,6 +127,43 @@ type wbState struct {
 	// covered (a rewrite in place, NBD's random writes): such a block is
 	// held back by age (rewriteMaxAge), not until it is idle.
 	inPlace bool
+}
+
+// tierSet is a set of the tiers below G2, by tier index (tiG3, tiG35,
+// tiG4: the store's tier order, as in Store.tierAt, health and cost). The
+// zero value is empty.
+type tierSet uint8
+
+// tiersOf returns the set of the tiers ti.
+func tiersOf(ti ...int) tierSet {
+	var s tierSet
+	for _, t := range ti {
+		s.add(t)
+	}
+	return s
+}
+
+func (s tierSet) has(ti int) bool { return s&(1<<ti) != 0 }
+func (s tierSet) empty() bool     { return s == 0 }
+func (s *tierSet) add(ti int)     { *s |= 1 << ti }
+func (s *tierSet) drop(ti int)    { *s &^= 1 << ti }
+
+// set adds ti to s if on, else drops it.
+func (s *tierSet) set(ti int, on bool) {
+	if on {
+		s.add(ti)
+	} else {
+		s.drop(ti)
+	}
+}
+
+// newBlockIn returns a block state held by tier a if inA and by tier b if
+// inB (recovery).
+func newBlockIn(a int, inA bool, b int, inB bool) *blockState {
+	st := &blockState{}
+	st.in.set(a, inA)
+	st.in.set(b, inB)
+	return st
 }
 
 // w returns b's write-back state, making it if b has none. o.mu held for

@@ -91,7 +91,7 @@ func (s *Store) recover(ctx context.Context) error {
 					in4 = false
 					o.markStale(idx, staleG4)
 				}
-				o.blocks.set(idx, &blockState{inG3: l.g3, inG4: in4})
+				o.blocks.set(idx, newBlockIn(tiG3, l.g3, tiG4, in4))
 				if rec4 != nil {
 					rec4.blocks[k] = o.blocks.get(idx)
 				}
@@ -101,7 +101,7 @@ func (s *Store) recover(ctx context.Context) error {
 			}
 		}
 		for idx, b := range o.blocks.all() {
-			if b.inG3 || b.inG4 {
+			if b.in.has(tiG3) || b.in.has(tiG4) {
 				used[o.key(idx)] = true
 			}
 		}
@@ -163,7 +163,7 @@ func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, w
 			s.gc(s.g4, k)
 			in4 = false
 		}
-		o.blocks.set(k.Index, &blockState{inG3: in3, inG4: in4})
+		o.blocks.set(k.Index, newBlockIn(tiG3, in3, tiG4, in4))
 		used[k] = true
 	}
 	s.objects[id] = o

@@ -39,7 +39,7 @@ const restoreRunBytes = 16 << 20
 // with a batched G4 read: its only copy below G2 is G4's and G4 reads
 // runs.
 func (s *Store) runFromG4(b *blockState) (tier.RunReader, bool) {
-	if b == nil || !b.inG4 || b.inG3 || b.inG35 || b.g2.Load() != nil {
+	if b == nil || !b.in.has(tiG4) || b.in.has(tiG3) || b.in.has(tiG35) || b.g2.Load() != nil {
 		return nil, false
 	}
 	rr, ok := s.g4.(tier.RunReader)

@@ -60,7 +60,7 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 	if o.deleted {
 		return false, ErrNotExist
 	}
-	if b == nil || b.inG35 || b.dirty || o.isBusy(idx) {
+	if b == nil || b.in.has(tiG35) || b.dirty || o.isBusy(idx) {
 		return false, nil
 	}
 	k := o.key(idx)
@@ -84,7 +84,7 @@ func (s *Store) shareBlock(ctx context.Context, o *object, idx uint32, buf []byt
 		s.gc(s.g35, k) // rewritten or deleted meanwhile: withdraw the copy
 		return false, nil
 	}
-	b.inG35 = true
+	b.in.add(tiG35)
 	s.c.demotions[tiG35].Add(1)
 	return true, nil
 }
@@ -122,7 +122,7 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	// (a local write to it marks it, like any change).
 	n := (size + int64(blockSize) - 1) / int64(blockSize)
 	for i := int64(0); i < n; i++ {
-		o.blocks.set(uint32(i), &blockState{inG35: true})
+		o.blocks.set(uint32(i), &blockState{in: tiersOf(tiG35)})
 	}
 	// From register until the object is visible its pool keys belong to
 	// no known object: CollectGarbage must not take them for garbage.
@@ -149,7 +149,7 @@ func (s *Store) SharedBlocks(id ObjectID) ([]uint32, error) {
 	defer o.mu.RUnlock()
 	var out []uint32
 	for idx, b := range o.blocks.all() {
-		if b.inG35 {
+		if b.in.has(tiG35) {
 			out = append(out, idx)
 		}
 	}
@@ -173,11 +173,11 @@ func (s *Store) Unshare(id ObjectID, gen uint64, idxs []uint32) {
 	lost := false
 	for _, idx := range idxs {
 		b := o.blocks.get(idx)
-		if b == nil || !b.inG35 {
+		if b == nil || !b.in.has(tiG35) {
 			continue
 		}
-		b.inG35 = false
-		if !b.inG3 && !b.inG4 && b.g2.Load() == nil {
+		b.in.drop(tiG35)
+		if !b.in.has(tiG3) && !b.in.has(tiG4) && b.g2.Load() == nil {
 			lost = true
 		}
 	}
@@ -197,7 +197,7 @@ func (s *Store) LocalCopies(id ObjectID) (bool, error) {
 	}
 	defer o.mu.RUnlock()
 	for _, b := range o.blocks.all() {
-		if b.g2.Load() == nil && !b.inG3 && !b.inG4 {
+		if b.g2.Load() == nil && !b.in.has(tiG3) && !b.in.has(tiG4) {
 			return false, nil
 		}
 	}

@@ -599,14 +599,14 @@ func (s *Store) dropBlockLocked(o *object, idx uint32) {
 		}
 	}
 	k := o.key(idx)
-	if b.inG3 {
+	if b.in.has(tiG3) {
 		o.markStale(idx, staleG3) // the key may be written again before GC deletes it
 		s.gc(s.g3, k)
 	}
-	if b.inG35 {
+	if b.in.has(tiG35) {
 		s.gc(s.g35, k)
 	}
-	if b.inG4 {
+	if b.in.has(tiG4) {
 		o.markStale(idx, staleG4)
 		s.gc(s.g4, k)
 	}
@@ -811,11 +811,11 @@ func (s *Store) BlockTiers(id ObjectID) ([]string, error) {
 			out[i] = TierHole
 		case b.g2.Load() != nil:
 			out[i] = TierG2
-		case b.inG3:
+		case b.in.has(tiG3):
 			out[i] = TierG3
-		case b.inG35:
+		case b.in.has(tiG35):
 			out[i] = TierG35
-		case b.inG4:
+		case b.in.has(tiG4):
 			out[i] = TierG4
 		default:
 			out[i] = TierHole
@@ -842,11 +842,11 @@ func (s *Store) ServingTier(id ObjectID) (string, error) {
 		switch {
 		case b == nil, b.g2.Load() != nil:
 			continue
-		case b.inG3:
+		case b.in.has(tiG3):
 			t = tiG3
-		case b.inG35:
+		case b.in.has(tiG35):
 			t = tiG35
-		case b.inG4:
+		case b.in.has(tiG4):
 			t = tiG4
 		}
 		worst = max(worst, t)

@@ -145,16 +145,18 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	// hook takes object locks) while the key stays busy.
 	var staleT tier.Tier
 	if ti == tiG3 {
-		b.inG3 = true
+		b.in.add(tiG3)
 		o.clearStale(r.idx, staleG3)
-		if b.inG4 {
-			staleT, b.inG4 = s.g4, false
+		if b.in.has(tiG4) {
+			staleT = s.g4
+			b.in.drop(tiG4)
 		}
 	} else {
-		b.inG4 = true
+		b.in.add(tiG4)
 		o.clearStale(r.idx, staleG4)
-		if b.inG3 {
-			staleT, b.inG3 = s.g3, false
+		if b.in.has(tiG3) {
+			staleT = s.g3
+			b.in.drop(tiG3)
 		}
 	}
 	b.cleanVer = max(b.cleanVer, ver)
@@ -275,7 +277,12 @@ func (s *Store) holds(b *blockState, t tier.Tier) bool {
 	if b == nil || t == nil {
 		return false
 	}
-	return (t == s.g3 && b.inG3) || (t == s.g4 && b.inG4) || (t == s.g35 && b.inG35)
+	for ti := tiG3; ti < nTiers; ti++ {
+		if t == s.tierAt(ti) {
+			return b.in.has(ti)
+		}
+	}
+	return false
 }
 
 // tierBit is t's bit in object.stale (0 for tiers recovery does not scan).
