@@ -86,6 +86,12 @@ type Namespace struct {
 	Tenant            string
 }
 
+// SameIdentity reports whether n and o agree on the fields that must
+// match between mounts (model_id, model_revision, tokenizer_revision,
+// kv_dtype, layout_version, tenant, block_size): a namespace mounted with
+// other ones starts empty, its old files deleted.
+func (n Namespace) SameIdentity(o Namespace) bool { return n.identity() == o.identity() }
+
 // identity is the part of n that must match between mounts.
 func (n Namespace) identity() catalog.Identity {
 	return catalog.Identity{ModelID: n.ModelID, ModelRevision: n.ModelRevision, TokenizerRevision: n.TokenizerRevision,

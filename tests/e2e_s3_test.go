@@ -931,11 +931,18 @@ func TestE2ES3BadStart(t *testing.T) {
 		ak, sk  string
 		want    []string // substrings of the output, lower-cased
 		maxSecs float64
+		// noDirs: found from the URL alone, before the data directory is
+		// made (a systemd restart loop otherwise: exit 1).
+		noDirs bool
 	}{
-		{"wrong secret key", s3URL(srv, srv.Bucket, "p"), srv.AccessKey, "not-the-secret", []string{"access denied", "secret key", srv.AccessKey}, 20},
-		{"unknown access key", s3URL(srv, srv.Bucket, "p"), "NOSUCHKEY123", srv.SecretKey, []string{"access denied", "access key", "nosuchkey123"}, 20},
-		{"no credentials", s3URL(srv, srv.Bucket, "p"), "", "", []string{"access"}, 20},
-		{"missing bucket", s3URL(srv, "no-such-bucket-x", "p"), srv.AccessKey, srv.SecretKey, []string{"bucket", "no-such-bucket-x", "does not exist"}, 20},
+		{"wrong secret key", s3URL(srv, srv.Bucket, "p"), srv.AccessKey, "not-the-secret", []string{"access denied", "secret key", srv.AccessKey}, 20, false},
+		{"unknown access key", s3URL(srv, srv.Bucket, "p"), "NOSUCHKEY123", srv.SecretKey, []string{"access denied", "access key", "nosuchkey123"}, 20, false},
+		{"no credentials", s3URL(srv, srv.Bucket, "p"), "", "", []string{"access"}, 20, false},
+		{"missing bucket", s3URL(srv, "no-such-bucket-x", "p"), srv.AccessKey, srv.SecretKey, []string{"bucket", "no-such-bucket-x", "does not exist"}, 20, false},
+		{"unknown URL parameter", s3URL(srv, srv.Bucket, "p") + "&bogus=1", srv.AccessKey, srv.SecretKey, []string{"unknown parameter", "bogus", "--g4"}, 20, true},
+		{"bad timeout", s3URL(srv, srv.Bucket, "p") + "&timeout=fast", srv.AccessKey, srv.SecretKey, []string{"timeout", "fast"}, 20, true},
+		{"part size", s3URL(srv, srv.Bucket, "p") + "&part_size=1", srv.AccessKey, srv.SecretKey, []string{"part size"}, 20, true},
+		{"bad bucket name", s3URL(srv, "Bad_Bucket", "p"), srv.AccessKey, srv.SecretKey, []string{"bucket", "bad_bucket", "--g4"}, 20, false}, // the server judges the name
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -976,6 +983,9 @@ func TestE2ES3BadStart(t *testing.T) {
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 				t.Fatalf("ctxmemd run: %v, want exit status 2 (configuration error)", err)
+			}
+			if _, err := os.Stat(data); c.noDirs && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the data directory %s was made before the URL was refused (stat: %v)", data, err)
 			}
 			if took.Seconds() > c.maxSecs {
 				t.Errorf("took %v to give up, want < %v s", took, c.maxSecs)

@@ -203,7 +203,7 @@ func (s *Store) DemoteFromG3(keys []tier.Key) {
 		}
 	}
 	for _, id := range lost {
-		s.lose(id, fmt.Errorf("G3 reclaimed a block with no G4 copy: %w", tier.ErrNoSpace))
+		s.lose(id, fmt.Errorf("G3 reclaimed a block G4 could not take (G4 full, down or absent): %w", tier.ErrNoSpace))
 	}
 }
 

@@ -244,6 +244,8 @@ func planNamespaces(cur, next []fusefs.Namespace) (added []fusefs.Namespace, res
 		switch {
 		case !ok:
 			added = append(added, ns)
+		case !o.SameIdentity(ns):
+			restart = append(restart, nsKey+"["+ns.Name+"] (identity changed: at the next start it starts EMPTY and its files are deleted)")
 		case o != ns:
 			restart = append(restart, nsKey+"["+ns.Name+"] (changed)")
 		}

@@ -97,6 +97,11 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	for _, line := range cfg.Summary() {
 		log.Debug("config", "option", line)
 	}
+	// What can be checked of G4's S3 URL without the server is a
+	// configuration error, found before any directory is made.
+	if err := checkObjectStoreURL(cfg.G4); err != nil {
+		return withCode(exitUsage, err)
+	}
 	if err := cfg.EnsureDirs(); err != nil {
 		return withCode(exitUsage, err)
 	}
@@ -434,6 +439,22 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 	return nil
 }
 
+// checkObjectStoreURL checks an s3:// G4 URL and its options as far as
+// that needs no server (s3.Options.Check); other URLs pass.
+func checkObjectStoreURL(url string) error {
+	if !strings.HasPrefix(url, "s3://") {
+		return nil
+	}
+	opts, err := s3.ParseURL(url)
+	if err == nil {
+		err = opts.Check()
+	}
+	if err != nil {
+		return fmt.Errorf("g4 %s: %w (change --g4 / g4:)", url, err)
+	}
+	return nil
+}
+
 // openObjectStore opens the G4 object store named by a file:// or s3://
 // URL. For S3 it checks the bucket and credentials and fails with an error
 // naming the problem.
@@ -452,6 +473,11 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 		}
 		opts.AllowUnreachable = true // silence is an outage, not a configuration error
 		st, err := s3.New(ctx, opts)
+		if errors.Is(err, g4.ErrInvalid) {
+			// The server refused the request as malformed (a bucket name it
+			// does not take): a restart cannot help.
+			return nil, withCode(exitUsage, fmt.Errorf("open G4 %s: %w (change --g4 / g4:)", url, err))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open G4 %s: %w", url, err)
 		}

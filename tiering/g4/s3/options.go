@@ -123,6 +123,28 @@ const (
 
 // normalize fills defaults and checks o. It returns the endpoint as
 // host[:port] and whether TLS is used.
+// Check reports the errors New would find in o without contacting the
+// server: the bucket name, endpoint, prefix, part size and timeouts, and
+// that a CA file is readable and holds a certificate (and is given only
+// for HTTPS). A configuration front end calls it before it creates or
+// mounts anything, so such mistakes are configuration errors. Credentials
+// are not looked up (they may come from the environment at New).
+func (o Options) Check() error {
+	_, secure, err := o.normalize()
+	if err != nil {
+		return err
+	}
+	if o.CAFile != "" {
+		if !secure {
+			return fmt.Errorf("s3: ca=%s given for a plain-HTTP endpoint %s", o.CAFile, o.Endpoint)
+		}
+		if _, err := loadCA(o.CAFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (o *Options) normalize() (host string, secure bool, err error) {
 	if o.Bucket == "" {
 		return "", false, errors.New("s3: no bucket given")
