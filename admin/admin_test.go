@@ -257,3 +257,30 @@ func TestDialErrors(t *testing.T) {
 		t.Errorf("ECONNREFUSED: %v", err)
 	}
 }
+
+// TestHungDaemonIsNotRunning: a socket that takes the connection and never
+// answers (a daemon stopped with SIGSTOP, or hung) is reported as not
+// answering (ErrNotRunning: the CLI's exit 3), after the request timeout.
+func TestHungDaemonIsNotRunning(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "hung.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	c := NewClient(sock)
+	c.hc.Timeout = 200 * time.Millisecond
+	_, err = c.Status(context.Background())
+	if !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("Status of a hung daemon: %v; want ErrNotRunning saying it sent no answer", err)
+	}
+}

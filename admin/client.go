@@ -34,7 +34,7 @@ func NewClient(socket string) *Client {
 		MaxIdleConns:    1,
 		IdleConnTimeout: 10 * time.Second,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, long: &http.Client{Transport: tr}}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: requestTimeout}, long: &http.Client{Transport: tr}}
 }
 
 // Close releases idle connections.
@@ -144,12 +144,22 @@ func (c *Client) Warmup(ctx context.Context, path string) error {
 	return c.do(ctx, http.MethodPost, "/warmup", pathRequest{Path: path}, nil)
 }
 
+// requestTimeout bounds one admin request (not the long ones: warmup,
+// fsck, gc use their own client): a daemon that takes the connection and
+// does not answer within it is reported as not answering (ErrNotRunning).
+const requestTimeout = 30 * time.Second
+
 // dialError names why a request could not reach the daemon: a socket the
 // caller may not open (it is mode 0600, the daemon's user only) wraps
 // ErrPermission, one nobody listens on ErrNotRunning.
 func (c *Client) dialError(method, path string, err error) error {
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("%w on %s: it took the connection but sent no answer to %s %s in time (a hung or stopped daemon? see its log): %v",
+				ErrNotRunning, c.socket, method, path, err)
+		}
 		return fmt.Errorf("admin: %s %s: %w", method, path, err)
 	}
 	if errors.Is(op.Err, os.ErrPermission) {

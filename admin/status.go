@@ -198,8 +198,9 @@ var (
 	// ErrUnsupported: the daemon does not offer this control (HTTP 501).
 	ErrUnsupported = errors.New("admin: not supported by this daemon")
 	// ErrNotRunning: no daemon answers on the socket (the client could not
-	// connect).
-	ErrNotRunning = errors.New("admin: no daemon is listening")
+	// connect, or the daemon accepted and sent no answer within the
+	// client's timeout: hung or stopped).
+	ErrNotRunning = errors.New("admin: no daemon answers")
 	// ErrPermission: the caller may not open the socket (mode 0600: the
 	// daemon's user only).
 	ErrPermission = errors.New("admin: permission denied")
