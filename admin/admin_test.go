@@ -249,11 +249,11 @@ func TestDialErrors(t *testing.T) {
 	dial := func(errno syscall.Errno) error {
 		return &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", errno)}
 	}
-	if err := c.dialError("GET", "/status", dial(syscall.EACCES)); !errors.Is(err, ErrPermission) ||
+	if err := c.dialError(context.Background(), "GET", "/status", dial(syscall.EACCES)); !errors.Is(err, ErrPermission) ||
 		!strings.Contains(err.Error(), "run as root") || errors.Is(err, ErrNotRunning) {
 		t.Errorf("EACCES: %v", err)
 	}
-	if err := c.dialError("GET", "/status", dial(syscall.ECONNREFUSED)); !errors.Is(err, ErrNotRunning) {
+	if err := c.dialError(context.Background(), "GET", "/status", dial(syscall.ECONNREFUSED)); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("ECONNREFUSED: %v", err)
 	}
 }

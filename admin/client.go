@@ -98,7 +98,7 @@ func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path strin
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return c.dialError(method, path, err)
+		return c.dialError(ctx, method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -152,11 +152,11 @@ const requestTimeout = 30 * time.Second
 // dialError names why a request could not reach the daemon: a socket the
 // caller may not open (it is mode 0600, the daemon's user only) wraps
 // ErrPermission, one nobody listens on ErrNotRunning.
-func (c *Client) dialError(method, path string, err error) error {
+func (c *Client) dialError(ctx context.Context, method, path string, err error) error {
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil { // the client's timeout, not the caller's deadline
 			return fmt.Errorf("%w on %s: it took the connection but sent no answer to %s %s in time (a hung or stopped daemon? see its log): %v",
 				ErrNotRunning, c.socket, method, path, err)
 		}
