@@ -27,19 +27,39 @@ const DefaultTCPPort = 10809
 //
 // Errors: a malformed URL or unknown scheme, or the failure to listen.
 func Listen(rawURL string) (net.Listener, error) {
+	network, addr, err := ParseListenURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		return listenUnix(addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("nbd: %w", err)
+	}
+	return ln, nil
+}
+
+// ParseListenURL checks a listen URL as Listen takes it, without
+// listening, and returns its network ("unix" or "tcp") and address (the
+// cleaned socket path, or HOST:PORT with Listen's defaults filled in), so
+// that a configuration front end can refuse a bad one before it creates
+// anything. Errors: a malformed URL or an unknown scheme.
+func ParseListenURL(rawURL string) (network, addr string, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("nbd: listen URL %q: %w", rawURL, err)
+		return "", "", fmt.Errorf("nbd: listen URL %q: %w", rawURL, err)
 	}
 	switch u.Scheme {
 	case "unix":
 		if u.Host != "" || !filepath.IsAbs(u.Path) || u.RawQuery != "" {
-			return nil, fmt.Errorf("nbd: listen URL %q: want unix:///ABSOLUTE/PATH", rawURL)
+			return "", "", fmt.Errorf("nbd: listen URL %q: want unix:///ABSOLUTE/PATH", rawURL)
 		}
-		return listenUnix(filepath.Clean(u.Path))
+		return "unix", filepath.Clean(u.Path), nil
 	case "tcp":
 		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-			return nil, fmt.Errorf("nbd: listen URL %q: want tcp://HOST:PORT", rawURL)
+			return "", "", fmt.Errorf("nbd: listen URL %q: want tcp://HOST:PORT", rawURL)
 		}
 		host, port := u.Hostname(), u.Port()
 		if host == "" {
@@ -48,13 +68,9 @@ func Listen(rawURL string) (net.Listener, error) {
 		if port == "" {
 			port = strconv.Itoa(DefaultTCPPort)
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
-		if err != nil {
-			return nil, fmt.Errorf("nbd: %w", err)
-		}
-		return ln, nil
+		return "tcp", net.JoinHostPort(host, port), nil
 	}
-	return nil, fmt.Errorf("nbd: listen URL %q: scheme must be unix or tcp", rawURL)
+	return "", "", fmt.Errorf("nbd: listen URL %q: scheme must be unix or tcp", rawURL)
 }
 
 func listenUnix(path string) (net.Listener, error) {

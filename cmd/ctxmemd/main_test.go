@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -306,6 +307,34 @@ func TestNBDPortBusy(t *testing.T) {
 	})
 	if code != exitUsage || !strings.Contains(errs, "nbd: listen") || !strings.Contains(errs, "address already in use") {
 		t.Fatalf("exit %d (want %d), stderr %q", code, exitUsage, errs)
+	}
+}
+
+// TestBadURLsMakeNothing: an NBD listen URL or S3 G4 URL that is wrong on
+// its face stops the start with exit 2 before the data directory or the
+// mount point is made.
+func TestBadURLsMakeNothing(t *testing.T) {
+	for _, extra := range [][]string{
+		{"--nbd", "http://x"},
+		{"--g4", "s3://b/p?endpoint=127.0.0.1:1&bogus=1"},
+	} {
+		dir := t.TempDir()
+		cfg := filepath.Join(dir, "empty.yaml")
+		if err := os.WriteFile(cfg, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mnt, data := filepath.Join(dir, "mnt"), filepath.Join(dir, "data")
+		args := []string{"run", "--config", cfg, "--mount", mnt, "--data-dir", data, "--dram", "64MiB", "--g3-size", "0",
+			"--metrics=", "--nats", "none", "--g4", "none"}
+		code, _, errs := ctxmemd(t, append(args, extra...)...)
+		if code != exitUsage {
+			t.Fatalf("%v: exit %d (want %d), stderr %q", extra, code, exitUsage, errs)
+		}
+		for _, p := range []string{mnt, data} {
+			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%v: %s was made before the start failed (stat: %v)", extra, p, err)
+			}
+		}
 	}
 }
 

@@ -102,6 +102,14 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	if err := checkObjectStoreURL(cfg.G4); err != nil {
 		return withCode(exitUsage, err)
 	}
+	for _, u := range strings.Split(cfg.NBD, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if _, _, err := nbd.ParseListenURL(u); err != nil {
+			return withCode(exitUsage, fmt.Errorf("%w (change --nbd / nbd:)", err))
+		}
+	}
 	if err := cfg.EnsureDirs(); err != nil {
 		return withCode(exitUsage, err)
 	}
