@@ -208,6 +208,21 @@ type Config struct {
 	File string
 
 	sources map[string]Source
+	// origins says where each value not taken from a default was given,
+	// for the messages of Validate: "FILE line N", "environment
+	// CTXMEM_X=value" or "flag --x=value".
+	origins map[string]string
+}
+
+// origin returns where key's value was given, "" for a default.
+func (c Config) origin(key string) string { return c.origins[key] }
+
+// setOrigin records where key's value was given.
+func (c *Config) setOrigin(key, where string) {
+	if c.origins == nil {
+		c.origins = map[string]string{}
+	}
+	c.origins[key] = where
 }
 
 // ControlPlane reports whether the sidecar (and control bus) run.

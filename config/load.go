@@ -65,6 +65,7 @@ func Load(in Inputs) (Config, error) {
 					return Config{}, fmt.Errorf("config: %s: environment %s=%q: %w", o.Key, o.Env, v, err)
 				}
 				c.sources[o.Key] = SourceEnv
+				c.setOrigin(o.Key, fmt.Sprintf("environment %s=%q", o.Env, v))
 			}
 		}
 	}
@@ -78,6 +79,7 @@ func Load(in Inputs) (Config, error) {
 			return Config{}, fmt.Errorf("config: %s: flag --%s=%q: %w", o.Key, o.Flag, v, err)
 		}
 		c.sources[o.Key] = SourceFlag
+		c.setOrigin(o.Key, fmt.Sprintf("flag --%s=%q", o.Flag, v))
 	}
 
 	if err := c.finish(); err != nil {

@@ -41,6 +41,10 @@ const maxSocketPath = 107
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
+		if o := c.origin(key); o != "" {
+			errs = append(errs, fmt.Errorf("config: %s: %s: %s", o, key, fmt.Sprintf(format, a...)))
+			return
+		}
 		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	if c.Mount == "" {

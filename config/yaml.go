@@ -100,6 +100,7 @@ func applyYAML(c *Config, file string, data []byte) error {
 			return fmt.Errorf("config: %s line %d: %s: %w", file, v.Line, key, err)
 		}
 		c.sources[o.Key] = SourceFile
+		c.setOrigin(o.Key, fmt.Sprintf("%s line %d", file, v.Line))
 	}
 	return nil
 }
