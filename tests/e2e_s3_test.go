@@ -942,6 +942,7 @@ func TestE2ES3BadStart(t *testing.T) {
 		{"unknown URL parameter", s3URL(srv, srv.Bucket, "p") + "&bogus=1", srv.AccessKey, srv.SecretKey, []string{"unknown parameter", "bogus", "--g4"}, 20, true},
 		{"bad timeout", s3URL(srv, srv.Bucket, "p") + "&timeout=fast", srv.AccessKey, srv.SecretKey, []string{"timeout", "fast"}, 20, true},
 		{"part size", s3URL(srv, srv.Bucket, "p") + "&part_size=1", srv.AccessKey, srv.SecretKey, []string{"part size"}, 20, true},
+		{"missing credentials file", s3URL(srv, srv.Bucket, "p") + "&credentials_file=/nonexistent-ctxm-creds", "", "", []string{"credentials_file", "/nonexistent-ctxm-creds", "no such file"}, 20, true},
 		{"bad bucket name", s3URL(srv, "Bad_Bucket", "p"), srv.AccessKey, srv.SecretKey, []string{"bucket", "bad_bucket", "--g4"}, 20, false}, // the server judges the name
 	}
 	for _, c := range cases {

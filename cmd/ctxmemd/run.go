@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/catalog"
@@ -126,6 +127,13 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 				"configured", config.FormatSize(cfg.G3Size), "using", config.FormatSize(fit))
 			cfg.G3Size = fit
 		}
+	}
+	// A G2 budget above the host's memory cannot be held: the kernel's
+	// OOM killer, not eviction, would end it. Said, not refused (a
+	// container may see more than it may use, or less).
+	if total := physicalMemory(); total > 0 && cfg.DRAM > total {
+		log.Warn("dram is larger than this host's memory: G2 will not fit; set dram below it", "dram", config.HumanSize(cfg.DRAM),
+			"memory", config.HumanSize(total))
 	}
 	d := &daemon{cfg: cfg, running: cfg, level: level, log: log, start: time.Now(), errs: make(chan error, 4)}
 	d.setValues(cfg)
@@ -445,6 +453,16 @@ func (d *daemon) startNBD(ctx context.Context, st *tiering.Store) error {
 		d.goroutine(ctx, "nbd "+urls[i], func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	}
 	return nil
+}
+
+// physicalMemory returns the host's memory in bytes (sysinfo(2)), 0 if
+// unknown.
+func physicalMemory() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }
 
 // checkObjectStoreURL checks an s3:// G4 URL and its options as far as

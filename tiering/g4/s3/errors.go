@@ -146,7 +146,7 @@ func (s *Store) denied(er minio.ErrorResponse) error {
 		hint = fmt.Sprintf("the session token of access key %q (%s) is expired or invalid: refresh the credentials", s.accessKeyID, s.credSource)
 	default:
 		if s.accessKeyID == "" {
-			hint = "no credentials were found (config access_key/secret_key, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, shared credentials file) and anonymous access is refused: check the access key"
+			hint = "no credentials were found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the shared credentials file of the URL's profile= and credentials_file=, or ~/.aws/credentials) and anonymous access is refused: check the access key"
 		} else {
 			hint = fmt.Sprintf("check the access key %q (%s), the secret key and the key's permissions on bucket %q", s.accessKeyID, s.credSource, s.opts.Bucket)
 		}

@@ -121,18 +121,22 @@ const (
 	MinPartSize     = 5 << 20  // bytes: S3's smallest multipart part
 )
 
-// normalize fills defaults and checks o. It returns the endpoint as
-// host[:port] and whether TLS is used.
 // Check reports the errors New would find in o without contacting the
-// server: the bucket name, endpoint, prefix, part size and timeouts, and
-// that a CA file is readable and holds a certificate (and is given only
-// for HTTPS). A configuration front end calls it before it creates or
-// mounts anything, so such mistakes are configuration errors. Credentials
-// are not looked up (they may come from the environment at New).
+// server: the bucket name, endpoint, prefix, part size and timeouts, that
+// a CA file is readable and holds a certificate (and is given only for
+// HTTPS), and that a credentials file given exists. A configuration front
+// end calls it before it creates or mounts anything, so such mistakes are
+// configuration errors. Credentials themselves are not looked up (they
+// may come from the environment at New).
 func (o Options) Check() error {
 	_, secure, err := o.normalize()
 	if err != nil {
 		return err
+	}
+	if o.CredentialsFile != "" {
+		if _, err := os.Stat(o.CredentialsFile); err != nil {
+			return fmt.Errorf("s3: credentials_file: %w", err)
+		}
 	}
 	if o.CAFile != "" {
 		if !secure {
@@ -145,6 +149,8 @@ func (o Options) Check() error {
 	return nil
 }
 
+// normalize fills defaults and checks o. It returns the endpoint as
+// host[:port] and whether TLS is used.
 func (o *Options) normalize() (host string, secure bool, err error) {
 	if o.Bucket == "" {
 		return "", false, errors.New("s3: no bucket given")
