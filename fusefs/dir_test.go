@@ -92,6 +92,11 @@ func TestMkdirRmdir(t *testing.T) {
 	if st.Nlink != 2 {
 		t.Errorf("namespace nlink %d, want 2", st.Nlink)
 	}
+	// The mount root: 2 plus one per namespace, from the mount on (it
+	// was 0 until a namespace was added live).
+	if err := syscall.Stat(m.mnt, &st); err != nil || st.Nlink != 3 {
+		t.Errorf("mount root nlink %d (%v), want 3 (one namespace)", st.Nlink, err)
+	}
 }
 
 // asUser runs fn on a thread whose fsuid/fsgid are uid/gid (the

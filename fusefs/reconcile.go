@@ -66,7 +66,9 @@ func (f *fsys) reconcile(ctx context.Context, db *catalog.DB) error {
 		cn.links = append(cn.links, link{dn, k.Name})
 	}
 
-	// Everything built gets its link count; quota usage from sizes.
+	// Everything built gets its link count (the mount root too: 2 plus
+	// its namespaces); quota usage from sizes.
+	t.root.updateNlink()
 	for _, n := range built {
 		n.updateNlink()
 		if n.ns != nil {
