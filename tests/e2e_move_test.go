@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +73,13 @@ func TestE2EMoveVerbs(t *testing.T) {
 	}
 	if out, err := exec.Command(bin, "ls", files[0]).CombinedOutput(); err != nil || !strings.Contains(string(out), "G2") {
 		t.Fatalf("ls: %v: %s", err, out)
+	}
+	// A missing path among others: the others are still listed, the
+	// missing one reported, exit 2.
+	out, err := exec.Command(bin, "ls", files[0], filepath.Join(d.Namespace(), "kv", "missing")).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), filepath.Base(files[0])) || !strings.Contains(string(out), "missing") {
+		t.Fatalf("ls of a file and a missing path: %v (want exit 2): %s", err, out)
 	}
 	if code, out := run("pin", files[0]); code != 0 {
 		t.Fatalf("pin: exit %d: %s", code, out)

@@ -117,6 +117,10 @@ func runDu(c *cli.Context, each bool) error {
 		args = []string{"."}
 	}
 	var rows []fileTiers
+	// A path that fails is reported after the others are listed (as ls(1)
+	// and du(1) do): missing ones make it a usage error, others a failure.
+	var errs []error
+	code := exitUsage
 	for _, a := range args {
 		total := newFileTiers(a)
 		err := filepath.WalkDir(a, func(p string, e fs.DirEntry, err error) error {
@@ -133,18 +137,25 @@ func runDu(c *cli.Context, each bool) error {
 			total.add(ft)
 			return nil
 		})
-		if errors.Is(err, syscall.ENOENT) {
-			return withCode(exitUsage, err)
-		}
 		if err != nil {
-			return withCode(exitFailure, err)
+			if !errors.Is(err, syscall.ENOENT) {
+				code = exitFailure
+			}
+			errs = append(errs, err)
+			continue
 		}
 		if !each {
 			rows = append(rows, total)
 		}
 	}
+	done := func(err error) error {
+		if err == nil && len(errs) > 0 {
+			return withCode(code, errors.Join(errs...))
+		}
+		return err
+	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, rows)
+		return done(printJSON(c.App.Writer, rows))
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	head := "PATH\tFILES\tSIZE"
@@ -165,5 +176,5 @@ func runDu(c *cli.Context, each bool) error {
 		}
 		fmt.Fprintln(tw, line)
 	}
-	return tw.Flush()
+	return done(tw.Flush())
 }
