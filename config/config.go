@@ -207,22 +207,28 @@ type Config struct {
 	// File is the config file that was read ("" when none was).
 	File string
 
-	sources map[string]Source
-	// origins says where each value not taken from a default was given,
-	// for the messages of Validate: "FILE line N", "environment
-	// CTXMEM_X=value" or "flag --x=value".
-	origins map[string]string
+	// given says, for each option not left at its default, which layer
+	// set it and where (for the messages of Validate).
+	given map[string]givenAt
+}
+
+// givenAt is where an option's value was given: its layer and, for
+// messages, "FILE line N", "environment CTXMEM_X=value" or
+// "flag --x=value".
+type givenAt struct {
+	src   Source
+	where string
 }
 
 // origin returns where key's value was given, "" for a default.
-func (c Config) origin(key string) string { return c.origins[key] }
+func (c Config) origin(key string) string { return c.given[key].where }
 
-// setOrigin records where key's value was given.
-func (c *Config) setOrigin(key, where string) {
-	if c.origins == nil {
-		c.origins = map[string]string{}
+// setGiven records that src set key's value, at where.
+func (c *Config) setGiven(key string, src Source, where string) {
+	if c.given == nil {
+		c.given = map[string]givenAt{}
 	}
-	c.origins[key] = where
+	c.given[key] = givenAt{src, where}
 }
 
 // ControlPlane reports whether the sidecar (and control bus) run.
@@ -300,7 +306,7 @@ type Export struct {
 
 // Source reports which layer set the option named by its YAML key
 // ("dram", "mount", ...). Unknown keys report SourceDefault.
-func (c Config) Source(key string) Source { return c.sources[key] }
+func (c Config) Source(key string) Source { return c.given[key].src }
 
 // UsesDevRoot reports whether the mount point or the data directory came
 // from the built-in checkout defaults (under DevRoot in the working

@@ -71,7 +71,7 @@ func TestDefaults(t *testing.T) {
 		G4TTL: 72 * time.Hour, G2Policy: "decay", HeatHalfLife: 60 * time.Second, ColdThreshold: 30, WarmThreshold: 60,
 		Admin: filepath.Join(dir, DevRoot, "data", "admin.sock"), Metrics: "127.0.0.1:9464", LogLevel: "info",
 	}
-	c.sources = nil
+	c.given = nil
 	if !equalConfig(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
@@ -90,7 +90,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func equalConfig(a, b Config) bool {
-	a.sources, b.sources = nil, nil
+	a.given, b.given = nil, nil
 	if len(a.Namespaces) != len(b.Namespaces) {
 		return false
 	}

@@ -9,7 +9,7 @@ import (
 
 // defaults returns a Config with every literal default set, as Load starts.
 func defaults(t testing.TB) Config {
-	c := Config{sources: map[string]Source{}}
+	c := Config{given: map[string]givenAt{}}
 	for _, o := range table() {
 		if o.derive == nil {
 			if err := o.set(&c, o.Default); err != nil {

@@ -30,7 +30,7 @@ type Inputs struct {
 // layer it came from; validation problems are all reported at once
 // (errors.Join).
 func Load(in Inputs) (Config, error) {
-	c := Config{sources: map[string]Source{}}
+	c := Config{given: map[string]givenAt{}}
 	opts := table()
 	for _, o := range opts {
 		if o.derive != nil {
@@ -64,8 +64,7 @@ func Load(in Inputs) (Config, error) {
 				if err := o.set(&c, v); err != nil {
 					return Config{}, fmt.Errorf("config: %s: environment %s=%q: %w", o.Key, o.Env, v, err)
 				}
-				c.sources[o.Key] = SourceEnv
-				c.setOrigin(o.Key, fmt.Sprintf("environment %s=%q", o.Env, v))
+				c.setGiven(o.Key, SourceEnv, fmt.Sprintf("environment %s=%q", o.Env, v))
 			}
 		}
 	}
@@ -78,8 +77,7 @@ func Load(in Inputs) (Config, error) {
 		if err := o.set(&c, v); err != nil {
 			return Config{}, fmt.Errorf("config: %s: flag --%s=%q: %w", o.Key, o.Flag, v, err)
 		}
-		c.sources[o.Key] = SourceFlag
-		c.setOrigin(o.Key, fmt.Sprintf("flag --%s=%q", o.Flag, v))
+		c.setGiven(o.Key, SourceFlag, fmt.Sprintf("flag --%s=%q", o.Flag, v))
 	}
 
 	if err := c.finish(); err != nil {

@@ -99,8 +99,7 @@ func applyYAML(c *Config, file string, data []byte) error {
 		if err := o.set(c, val); err != nil {
 			return fmt.Errorf("config: %s line %d: %s: %w", file, v.Line, key, err)
 		}
-		c.sources[o.Key] = SourceFile
-		c.setOrigin(o.Key, fmt.Sprintf("%s line %d", file, v.Line))
+		c.setGiven(o.Key, SourceFile, fmt.Sprintf("%s line %d", file, v.Line))
 	}
 	return nil
 }
