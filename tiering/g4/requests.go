@@ -34,14 +34,18 @@ func (s countingStore) Put(ctx context.Context, name string, r io.Reader, size i
 	return s.ObjectStore.Put(ctx, name, r, size, meta)
 }
 
-// PutExpirable passes a g4.ServerExpiry put on, or makes it a plain Put
-// when the wrapped store has no server-side expiry.
+// PutExpirable passes a ServerExpiry put on; the Tier calls it only
+// while expiresOnServer.
 func (s countingStore) PutExpirable(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error {
 	s.c.put.Add(1)
-	if se, ok := s.ObjectStore.(ServerExpiry); ok {
-		return se.PutExpirable(ctx, name, r, size, meta)
-	}
-	return s.ObjectStore.Put(ctx, name, r, size, meta)
+	return s.ObjectStore.(ServerExpiry).PutExpirable(ctx, name, r, size, meta)
+}
+
+// expiresOnServer reports whether the wrapped store expires objects by
+// itself now (ServerExpiry.ExpiresOnServer).
+func (s countingStore) expiresOnServer() bool {
+	se, ok := s.ObjectStore.(ServerExpiry)
+	return ok && se.ExpiresOnServer()
 }
 
 func (s countingStore) Get(ctx context.Context, name string) (io.ReadCloser, map[string]string, error) {

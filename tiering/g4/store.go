@@ -64,9 +64,11 @@ type ObjectStore interface {
 // kept one (an NBD export's) with Put, so a server-side rule can spare the
 // kept ones. PutExpirable is Put otherwise (same arguments, errors and
 // durability); it may mark the object (an object tag) only while the
-// store's rule is installed.
+// store's rule is installed, which ExpiresOnServer reports (false: the
+// Tier does not ask which blocks are kept, and puts plainly).
 type ServerExpiry interface {
 	PutExpirable(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error
+	ExpiresOnServer() bool
 }
 
 // ObjectAttrs describes one stored object.

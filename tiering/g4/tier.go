@@ -140,10 +140,12 @@ func (t *Tier) retained(k tier.Key) bool {
 }
 
 // putObject stores one object of the tier whose first (or only) block is
-// k: a block expiry may drop goes through the store's server-side expiry
-// (ServerExpiry), a retained one is a plain Put.
+// k: while the store expires objects on the server (ServerExpiry), a
+// block expiry may drop goes through PutExpirable and a retained one is a
+// plain Put; otherwise every put is plain (and the retainer, which looks
+// the block's object up in the core, is not asked).
 func (t *Tier) putObject(ctx context.Context, k tier.Key, name string, r io.Reader, size int64) error {
-	if !t.retained(k) {
+	if t.store.expiresOnServer() && !t.retained(k) {
 		return t.store.PutExpirable(ctx, name, r, size, nil)
 	}
 	return t.store.Put(ctx, name, r, size, nil)

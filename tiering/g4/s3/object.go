@@ -33,6 +33,10 @@ func (s *Store) PutExpirable(ctx context.Context, name string, r io.Reader, size
 	return s.put(ctx, name, r, size, meta, s.tagExpirable.Load())
 }
 
+// ExpiresOnServer implements g4.ServerExpiry: whether the lifecycle rule
+// is installed and PutExpirable tags.
+func (s *Store) ExpiresOnServer() bool { return s.tagExpirable.Load() }
+
 // put is Put, tagging the object for the lifecycle rule when tagged.
 func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string, tagged bool) error {
 	key, err := s.checkName(ctx, "put", name)
