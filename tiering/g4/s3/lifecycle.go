@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/lifecycle"
+
+	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // LifecycleRuleID is the ID of the bucket lifecycle rule SetLifecycleTTL
@@ -45,18 +47,18 @@ func LifecycleDays(ttl time.Duration) int {
 // lifecycle rule LifecycleRuleID: the server deletes objects under the
 // store's prefix tagged ExpiryTag=ExpiryTagValue days after they were
 // stored; and its companion rule, which aborts multipart uploads under
-// the prefix left incomplete for a day. It is a backstop to the G4 tier's own TTL sweeper, which
-// keeps running (S3 lifecycle granularity is whole days and expiry runs
-// asynchronously); it deletes what a host that is gone for good left
-// behind. Other rules of the bucket are kept.
+// the prefix left incomplete for a day. It is a backstop to the G4 tier's
+// own TTL sweeper, which keeps running (S3 lifecycle granularity is whole
+// days and expiry runs asynchronously); it deletes what a host that is
+// gone for good left behind. Other rules of the bucket are kept.
 //
 // Once the rule is in place, one small tagged object is written and
 // deleted: only if the server takes it does PutExpirable tag from then
 // on. Removing the rule stops the tagging first. Errors: ErrNotSupported
 // when the server implements no bucket lifecycle (as versitygw's posix
-// backend) or no tagged PUT (the rule is then removed again),
-// ErrAccessDenied and tier.ErrUnavailable as for the store's calls, an
-// error for days < 0.
+// backend) or refuses the tagged PUT for any other reason than access
+// (the rule is then removed again), ErrAccessDenied and
+// tier.ErrUnavailable as for the store's calls, an error for days < 0.
 func (s *Store) SetLifecycleTTL(ctx context.Context, days int) error {
 	if days < 0 {
 		return fmt.Errorf("s3 lifecycle: negative TTL of %d days", days)
@@ -69,10 +71,16 @@ func (s *Store) SetLifecycleTTL(ctx context.Context, days int) error {
 		return err
 	}
 	if err := s.probeTagging(ctx); err != nil {
-		if errors.Is(err, ErrNotSupported) {
-			if rerr := s.setRule(ctx, 0); rerr != nil {
-				return fmt.Errorf("%w (and removing the rule again: %v)", err, rerr)
-			}
+		if errors.Is(err, tier.ErrUnavailable) || ctx.Err() != nil {
+			return err // the server did not answer: the caller tries again
+		}
+		// The server answered and refused the tagged PUT: a rule that
+		// expires tagged objects would expire nothing of ours.
+		if !errors.Is(err, ErrNotSupported) && !errors.Is(err, ErrAccessDenied) {
+			err = fmt.Errorf("%w: %w", ErrNotSupported, err)
+		}
+		if rerr := s.setRule(ctx, 0); rerr != nil {
+			return fmt.Errorf("%w (and removing the rule again: %v)", err, rerr)
 		}
 		return err
 	}

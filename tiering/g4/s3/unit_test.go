@@ -93,9 +93,11 @@ type fakeS3 struct {
 	code      string
 	// tags: object key → its PUT's X-Amz-Tagging header ("" untagged),
 	// while the object exists; rejectTags answers a tagged PUT with
-	// NotImplemented.
+	// tagStatus and tagCode (default NotImplemented).
 	tags       map[string]string
 	rejectTags bool
+	tagStatus  int
+	tagCode    string
 }
 
 func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -128,7 +130,11 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPut && len(q) == 0:
 		tag := r.Header.Get("X-Amz-Tagging")
 		if tag != "" && f.rejectTags {
-			errXML(http.StatusNotImplemented, codeNotImplemented)
+			if f.tagStatus != 0 {
+				errXML(f.tagStatus, f.tagCode)
+			} else {
+				errXML(http.StatusNotImplemented, codeNotImplemented)
+			}
 			return
 		}
 		if f.tags == nil {
@@ -231,26 +237,32 @@ func TestLifecycleRule(t *testing.T) {
 	}
 }
 
-// TestLifecycleTaggingRefused: a server with lifecycle rules but no tagged
-// PUTs gets no rule (it would expire nothing) and no tags.
+// TestLifecycleTaggingRefused: a server with lifecycle rules that refuses
+// tagged PUTs (not implemented, or any other answer than access denied)
+// gets no rule (it would expire nothing) and no tags; the daemon does not
+// retry it.
 func TestLifecycleTaggingRefused(t *testing.T) {
-	f := &fakeS3{rejectTags: true}
-	s, err := f.store(t, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := s.SetLifecycleTTL(ctx, 3); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "tagged PUT") {
-		t.Fatalf("SetLifecycleTTL = %v; want ErrNotSupported for the tagged PUT", err)
-	}
-	if f.lifecycle != "" {
-		t.Fatalf("rule left installed:\n%s", f.lifecycle)
-	}
-	if err := s.PutExpirable(ctx, "a", strings.NewReader("x"), 1, nil); err != nil {
-		t.Fatalf("expirable put after the refusal: %v", err)
-	}
-	if tag := f.tags["/bkt/pre/a"]; tag != "" {
-		t.Fatalf("tagged %q", tag)
+	for _, f := range []*fakeS3{{rejectTags: true}, {rejectTags: true, tagStatus: http.StatusBadRequest, tagCode: "InvalidTag"}} {
+		s, err := f.store(t, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := s.SetLifecycleTTL(ctx, 3); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "tagged PUT") {
+			t.Fatalf("code %q: SetLifecycleTTL = %v; want ErrNotSupported for the tagged PUT", f.tagCode, err)
+		}
+		if f.lifecycle != "" {
+			t.Fatalf("code %q: rule left installed:\n%s", f.tagCode, f.lifecycle)
+		}
+		if s.ExpiresOnServer() {
+			t.Fatalf("code %q: tagging on after the refusal", f.tagCode)
+		}
+		if err := s.PutExpirable(ctx, "a", strings.NewReader("x"), 1, nil); err != nil {
+			t.Fatalf("code %q: expirable put after the refusal: %v", f.tagCode, err)
+		}
+		if tag := f.tags["/bkt/pre/a"]; tag != "" {
+			t.Fatalf("code %q: tagged %q", f.tagCode, tag)
+		}
 	}
 }
 
