@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/tier"
@@ -189,19 +191,51 @@ func (d g3Demoter) Demote(keys []tier.Key) { d.s.DemoteFromG3(keys) }
 // G2 when it is there, else read from G3); a block that cannot be demoted
 // makes its object lost. Blocks of NBD exports are never dropped: when G4
 // cannot take them they are marked dirty again so write-back stores them.
+// Up to Config.DemoteWorkers keys are handled at once; it returns when
+// all are.
 func (s *Store) DemoteFromG3(keys []tier.Key) {
-	var lost []ObjectID
-	buf, err := s.pool.get(tier.MaxBlockSize)
-	if err != nil {
-		s.log.Error("demote: no buffer", "err", err)
+	// Up to DemoteWorkers keys at once, each with its own buffer: every
+	// step of demoteOne holds only its block's object lock, and a block's
+	// busy span orders its G4 put against other puts of the same key, so
+	// keys are independent. The reclaim waits for all of them.
+	workers := min(s.cfg.DemoteWorkers, len(keys))
+	bufs := make([][]byte, 0, workers)
+	for range workers {
+		buf, err := s.pool.get(tier.MaxBlockSize)
+		if err != nil {
+			s.log.Error("demote: no buffer", "err", err)
+			break
+		}
+		bufs = append(bufs, buf)
+	}
+	if len(bufs) == 0 {
 		return
 	}
-	defer s.pool.put(buf)
-	for _, k := range keys {
-		if id, ok := s.demoteOne(k, buf); !ok {
-			lost = append(lost, id)
-		}
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		lost []ObjectID
+		wg   sync.WaitGroup
+	)
+	for _, buf := range bufs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.pool.put(buf)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				if id, ok := s.demoteOne(keys[i], buf); !ok {
+					mu.Lock()
+					lost = append(lost, id)
+					mu.Unlock()
+				}
+			}
+		}()
 	}
+	wg.Wait()
 	for _, id := range lost {
 		s.lose(id, fmt.Errorf("G3 reclaimed a block G4 could not take (G4 full, down or absent): %w", tier.ErrNoSpace))
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
@@ -282,4 +283,63 @@ func newExport(t *testing.T, fs *faultStack, bs int, blocks int64) tiering.Objec
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestReclaimDemotesInParallel: a G3 reclaim copies the live blocks of the
+// segment to G4 DemoteWorkers at a time, not one after another (one at a
+// time, the writers waiting on the roll-over stalled for seconds while a
+// 32 MiB segment of small blocks went to G4 in the three-host replay), and
+// every block reads its bytes from G4 afterwards.
+func TestReclaimDemotesInParallel(t *testing.T) {
+	ctx := context.Background()
+	const workers, files, bs = 4, 16, 64 << 10
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.DemoteWorkers = workers })
+	defer fs.close(t)
+	var ids []tiering.ObjectID
+	var keys []tier.Key
+	for i := range files {
+		id, err := fs.store.Create("ns", bs, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		flushWithin(t, fs.store, id, 10*time.Second)
+		k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
+		if _, err := fs.g3s.Stat(ctx, k); err != nil {
+			t.Fatalf("file %d not written back to G3: %v", i, err)
+		}
+		ids, keys = append(ids, id), append(keys, k)
+	}
+	gate := faulttier.NewGate()
+	remove := fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, Gate: gate})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fs.store.DemoteFromG3(keys)
+	}()
+	testenv.Eventually(t, 5*time.Second, func() bool { return gate.Waiting() >= workers },
+		"%d G4 puts of the reclaim in flight at once", workers)
+	if n := gate.Waiting(); n != workers {
+		t.Fatalf("%d G4 puts in flight; want DemoteWorkers = %d", n, workers)
+	}
+	remove()
+	gate.Release()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DemoteFromG3 did not return")
+	}
+	for i, k := range keys {
+		if _, err := fs.g4t.Stat(ctx, k); err != nil {
+			t.Fatalf("file %d: reclaim did not copy its block to G4: %v", i, err)
+		}
+		if _, err := fs.store.Demote(ctx, ids[i]); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, fs.store, ids[i], bs); !bytes.Equal(got, data(uint64(i), bs)) {
+			t.Fatalf("file %d reads wrong bytes after the reclaim", i)
+		}
+	}
 }

@@ -121,7 +121,8 @@ type HealthReporter interface {
 // about to drop, so the core copies them down (to G4) or records them
 // lost. Demote runs on the goroutine of the put that needed space, while
 // every listed block still reads from the tier; it may call the tier's
-// Get, Stat, Usage and Relocator methods, never its Put or Delete (see
+// Get, Stat, Usage and Relocator methods (from several goroutines at
+// once: the core demotes keys in parallel), never its Put or Delete (see
 // g3.Options.OnEvict).
 type Demoter interface {
 	Demote(keys []Key)
