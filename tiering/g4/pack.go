@@ -159,6 +159,9 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (i
 	}
 	payload := ref.payload()
 	ok, wake := t.idx.reserveMany(keys, payload, t.opts.Capacity, t.high)
+	if !ok {
+		t.noteShort(payload)
+	}
 	if wake {
 		t.signalEvict()
 	}
