@@ -22,8 +22,9 @@ import (
 // Evicter is implemented by *Tier: size eviction, for a Sweeper to run.
 type Evicter interface {
 	// Evict deletes the oldest blocks if the tier is over its high
-	// watermark, until it is at most at its low watermark, and returns
-	// how many it deleted.
+	// watermark, or a put was refused for want of space, until it is at
+	// most at its low watermark (lower if the refused put needs it), and
+	// returns how many it deleted.
 	Evict(ctx context.Context) (int, error)
 	// EvictSignal receives (capacity 1, never closed) when a Put takes the
 	// tier over its high watermark or is refused for want of space.
