@@ -194,7 +194,7 @@ func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier
 		keys[i], blocks[i] = it.k, it.data
 	}
 	n := 0
-	err := s.sinkPut(ctx, int64(off), func() error {
+	err := s.sinkPut(ctx, o, int64(off), func() error {
 		m, err := s.putPackTo(ctx, pk, keys[n:], blocks[n:])
 		n += m
 		return err
@@ -250,7 +250,7 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		return false, s.releaseUpperLocked(o, idx, it.b, it.k), nil
 	}
 	o.mu.Unlock()
-	err = s.sinkPut(ctx, int64(len(it.data)), func() error { return s.putTo(ctx, tiG4, it.k, it.data, true) })
+	err = s.sinkPut(ctx, o, int64(len(it.data)), func() error { return s.putTo(ctx, tiG4, it.k, it.data, true) })
 	o.mu.Lock()
 	return s.sinkDoneLocked(o, it, err)
 }
@@ -267,11 +267,15 @@ const sinkRoomTries = 3
 // room and puts again, at most sinkRoomTries times. A G4 that cannot make
 // room (all it holds is retained or new) fails the sink with its error,
 // which says so, instead of "tier full" alone.
-func (s *Store) sinkPut(ctx context.Context, n int64, put func() error) error {
+func (s *Store) sinkPut(ctx context.Context, o *object, n int64, put func() error) error {
+	// The object's blocks sunk already stay: a file larger than G4 fails
+	// to sink whole instead of evicting its own first blocks (its only
+	// copies now).
+	keep := func(k tier.Key) bool { return k.Namespace == o.ns && k.Object == uint64(o.id) }
 	err := put()
 	rm, ok := s.g4.(tier.RoomMaker)
 	for try := 0; ok && errors.Is(err, tier.ErrNoSpace) && try < sinkRoomTries; try++ {
-		if rerr := rm.MakeRoom(ctx, n); rerr != nil {
+		if rerr := rm.MakeRoom(ctx, n, keep); rerr != nil {
 			return rerr
 		}
 		s.health[tiG4].RoomMade()

@@ -15,8 +15,9 @@ import (
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
-// openBoundedG4 is openStack with a local G4 bounded to capacity bytes.
-func openBoundedG4(t *testing.T, capacity int64) *stack {
+// openBoundedG4 is openStack with a local G4 bounded to capacity bytes
+// (and packs of at most packSize bytes; 0 for the default).
+func openBoundedG4(t *testing.T, capacity int64, packSize int) *stack {
 	t.Helper()
 	dir := t.TempDir()
 	st := &stack{}
@@ -28,7 +29,7 @@ func openBoundedG4(t *testing.T, capacity int64) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.g4, err = g4.NewTier(context.Background(), local, g4.TierOptions{Capacity: capacity}); err != nil {
+	if st.g4, err = g4.NewTier(context.Background(), local, g4.TierOptions{Capacity: capacity, PackSize: packSize}); err != nil {
 		t.Fatal(err)
 	}
 	if st.store, err = tiering.Open(context.Background(), tiering.Config{DataDir: dir, G2Bytes: 8 << 20, G3: st.g3, G4: st.g4, Logger: quiet}); err != nil {
@@ -65,7 +66,7 @@ func writeFlushed(t *testing.T, s *tiering.Store, dur tiering.Durability, b []by
 // with "tier full" and evicted nothing.
 func TestSinkMakesRoomInG4(t *testing.T) {
 	ctx := context.Background()
-	st := openBoundedG4(t, 2<<20)
+	st := openBoundedG4(t, 2<<20, 0)
 	old := writeFlushed(t, st.store, tiering.DurabilityCache, data(1, 1536<<10))
 	if _, err := st.store.Sink(ctx, old); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestSinkMakesRoomInG4(t *testing.T) {
 // untouched and the file still reads back from its upper copies.
 func TestSinkG4FullOfDeviceBlocks(t *testing.T) {
 	ctx := context.Background()
-	st := openBoundedG4(t, 2<<20)
+	st := openBoundedG4(t, 2<<20, 0)
 	dev := data(3, 1536<<10)
 	exp := writeFlushed(t, st.store, tiering.DurabilityDevice, dev)
 	if _, err := st.store.Sink(ctx, exp); err != nil {
@@ -125,5 +126,26 @@ func TestSinkG4FullOfDeviceBlocks(t *testing.T) {
 		if n, err := st.store.ReadAt(ctx, c.id, got, 0); err != nil || n != len(c.want) || !bytes.Equal(got, c.want) {
 			t.Fatalf("read object %d: %d, %v", c.id, n, err)
 		}
+	}
+}
+
+// TestSinkLargerThanG4KeepsItsBlocks: a file that does not fit in G4 whole
+// (three packs into a G4 that holds two) fails to sink with ErrNoSpace,
+// and reads back whole: G4 does not make room by evicting the file's own
+// blocks sunk before (their only copies by then).
+func TestSinkLargerThanG4KeepsItsBlocks(t *testing.T) {
+	ctx := context.Background()
+	st := openBoundedG4(t, 2<<20, 1<<20)
+	want := data(5, 40<<16) // 40 blocks: packs of 15, 15 and 10
+	id := writeFlushed(t, st.store, tiering.DurabilityCache, want)
+	if _, err := st.store.Sink(ctx, id); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("Sink of a file larger than G4 = %v, want ErrNoSpace", err)
+	}
+	if st.g4.Evicted() != 0 {
+		t.Fatalf("%d blocks evicted to sink a file larger than G4", st.g4.Evicted())
+	}
+	got := make([]byte, len(want))
+	if n, err := st.store.ReadAt(ctx, id, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("read after a failed sink: %d, %v", n, err)
 	}
 }

@@ -79,19 +79,20 @@ func (t *Tier) Evict(ctx context.Context) (int, error) {
 	if load := t.idx.load(); load <= t.high && (need == 0 || load <= target) {
 		return 0, nil
 	}
-	return t.evictTo(ctx, target)
+	return t.evictTo(ctx, target, t.retained)
 }
 
 // MakeRoom implements tier.RoomMaker: when a put of n bytes does not fit
 // in Capacity, it evicts as Evict does, oldest first and never a block
-// Retain keeps, down to the low watermark or lower if n needs it, and
+// Retain or keep (if not nil) keeps, down to the low watermark or lower
+// if n needs it, and
 // returns nil once n bytes fit. If they still do not, because what is
-// left is retained (device-class blocks) or is being stored, it returns
+// left is retained (device-class blocks), kept or being stored, it returns
 // an error wrapping tier.ErrNoSpace that says so; also when n exceeds
 // Capacity. It deletes nothing when n fits already or the tier is
 // unbounded. A refused put of at most n bytes is then no longer owed room
 // by the next Evict. The caller must hold no lock its Retainer takes.
-func (t *Tier) MakeRoom(ctx context.Context, n int64) error {
+func (t *Tier) MakeRoom(ctx context.Context, n int64, keep func(tier.Key) bool) error {
 	if t.closed.Load() {
 		return fmt.Errorf("g4 make room: %w", tier.ErrClosed)
 	}
@@ -103,7 +104,11 @@ func (t *Tier) MakeRoom(ctx context.Context, n int64) error {
 		return fmt.Errorf("g4: %d bytes are more than its capacity of %d bytes (g4_size): %w", n, c, tier.ErrNoSpace)
 	}
 	t.evictMu.Lock()
-	evicted, err := t.evictTo(ctx, min(t.lowBytes(), c-n))
+	retain := t.retained
+	if keep != nil {
+		retain = func(k tier.Key) bool { return keep(k) || t.retained(k) }
+	}
+	evicted, err := t.evictTo(ctx, min(t.lowBytes(), c-n), retain)
 	// The refusal that led here is served: the next Evict must not make
 	// room for it again (counting its retried put, in flight, as held).
 	for old := t.short.Load(); old <= n && !t.short.CompareAndSwap(old, 0); old = t.short.Load() {
@@ -117,7 +122,7 @@ func (t *Tier) MakeRoom(ctx context.Context, n int64) error {
 	}
 	if load := t.idx.load(); load+n > c {
 		return fmt.Errorf("g4: no room for %d bytes: %d of its %d bytes (g4_size) are held and none of them may be evicted "+
-			"(blocks of device-class objects such as NBD exports are kept, and blocks being stored are new): %w", n, load, c, tier.ErrNoSpace)
+			"(blocks of device-class objects such as NBD exports are kept, as are those of the object being stored, and blocks being stored are new): %w", n, load, c, tier.ErrNoSpace)
 	}
 	return nil
 }
@@ -144,9 +149,9 @@ func (t *Tier) noteShort(n int64) {
 	}
 }
 
-// evictTo deletes the oldest blocks Retain does not keep until at most
+// evictTo deletes the oldest blocks retain does not keep until at most
 // target bytes are held, t.evictMu held, and returns how many it deleted.
-func (t *Tier) evictTo(ctx context.Context, target int64) (int, error) {
+func (t *Tier) evictTo(ctx context.Context, target int64, retain func(tier.Key) bool) (int, error) {
 	start := t.opts.Now()
 	n := 0
 	for {
@@ -154,7 +159,7 @@ func (t *Tier) evictTo(ctx context.Context, target int64) (int, error) {
 		if excess <= 0 {
 			return n, nil
 		}
-		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, t.retained), target, start)
+		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, retain), target, start)
 		n += deleted
 		if err != nil {
 			return n, err

@@ -431,7 +431,7 @@ func TestEvictAfterRefusedPut(t *testing.T) {
 
 // TestMakeRoom checks tier.RoomMaker: MakeRoom evicts the oldest blocks
 // so that a put of n bytes fits (nothing when it fits already), never a
-// retained one, and fails with ErrNoSpace saying why when what is left
+// retained or kept one, and fails with ErrNoSpace saying why when what is left
 // is retained, or n is beyond the capacity.
 func TestMakeRoom(t *testing.T) {
 	const capacity = 40 * evBlock
@@ -447,7 +447,7 @@ func TestMakeRoom(t *testing.T) {
 		k := tier.Key{Namespace: "nbd-export", Object: 1, Gen: 1, Index: uint32(i)}
 		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
 	}
-	if err := tr.MakeRoom(bg, 10*evBlock); err != nil || tr.Evicted() != 0 {
+	if err := tr.MakeRoom(bg, 10*evBlock, nil); err != nil || tr.Evicted() != 0 {
 		t.Fatalf("MakeRoom of what fits = %v, %d evicted", err, tr.Evicted())
 	}
 	big := key(2, 0)
@@ -455,7 +455,7 @@ func TestMakeRoom(t *testing.T) {
 	if err := tr.Put(bg, big, data); !errors.Is(err, tier.ErrNoSpace) {
 		t.Fatalf("Put of 16 blocks into 10 free = %v, want ErrNoSpace", err)
 	}
-	if err := tr.MakeRoom(bg, 16*evBlock); err != nil {
+	if err := tr.MakeRoom(bg, 16*evBlock, nil); err != nil {
 		t.Fatalf("MakeRoom(16 blocks) with 10 free: %v", err)
 	}
 	if tr.Evicted() != 6 || made.Load() != 6 {
@@ -480,7 +480,11 @@ func TestMakeRoom(t *testing.T) {
 	if err := tr.Delete(bg, big); err != nil {
 		t.Fatal(err)
 	}
-	err := tr.MakeRoom(bg, 35*evBlock) // only 8 cache blocks can go, 10 are retained
+	before := tr.Evicted()
+	if err := tr.MakeRoom(bg, 35*evBlock, func(tier.Key) bool { return true }); !errors.Is(err, tier.ErrNoSpace) || tr.Evicted() != before {
+		t.Fatalf("MakeRoom keeping every block = %v, %d evicted", err, tr.Evicted()-before)
+	}
+	err := tr.MakeRoom(bg, 35*evBlock, nil) // only 8 cache blocks can go, 10 are retained
 	if !errors.Is(err, tier.ErrNoSpace) {
 		t.Fatalf("MakeRoom with only retained blocks left = %v, want ErrNoSpace", err)
 	}
@@ -488,7 +492,7 @@ func TestMakeRoom(t *testing.T) {
 	if u := tr.Usage(); u.Blocks != 10 {
 		t.Fatalf("after a MakeRoom that could not: %+v, want the 10 retained blocks", u)
 	}
-	if err := tr.MakeRoom(bg, capacity+1); !errors.Is(err, tier.ErrNoSpace) {
+	if err := tr.MakeRoom(bg, capacity+1, nil); !errors.Is(err, tier.ErrNoSpace) {
 		t.Fatalf("MakeRoom beyond capacity = %v", err)
 	}
 }
