@@ -496,3 +496,22 @@ func TestMakeRoom(t *testing.T) {
 		t.Fatalf("MakeRoom beyond capacity = %v", err)
 	}
 }
+
+// TestRefusedPackIsNotOwedRoom: a pack (a sink's) refused below high does
+// not make the next Evict evict: the sink makes room itself (MakeRoom,
+// keeping the blocks of its object stored before), and an Evict could
+// take those, its only copies, once nothing older is left.
+func TestRefusedPackIsNotOwedRoom(t *testing.T) {
+	tr := openTier(t, newLocal(t, t.TempDir()), g4.TierOptions{Capacity: 40 * evBlock, Now: tickClock()})
+	for i := range 30 {
+		k := key(1, uint32(i))
+		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
+	}
+	keys, blocks := packRun(2, 0, 12, evBlock, evBlock, 1)
+	if _, err := tr.PutPack(bg, keys, blocks); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("PutPack of 12 blocks into 10 free = %v, want ErrNoSpace", err)
+	}
+	if n, err := tr.Evict(bg); err != nil || n != 0 {
+		t.Fatalf("Evict after a refused pack = %d, %v; want 0", n, err)
+	}
+}
