@@ -498,3 +498,60 @@ func TestExportsInANamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestValidationReportsRootCause is a new user's run: `dram: 0` printed,
+// besides the real error, one about dirty_bytes, which the user never
+// set (it is derived from dram). Validate reports only root causes: a
+// derived value not given is not reported when its source is; one the
+// user gave still is.
+func TestValidationReportsRootCause(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	cases := []struct {
+		name    string
+		yaml    string
+		flags   map[string]string
+		want    []string
+		notWant []string
+	}{
+		{name: "dram 0", yaml: "dram: 0\n", want: []string{"line 1: dram: 0 is too small"}, notWant: []string{"dirty_bytes"}},
+		{name: "dram too small", flags: map[string]string{"dram": "1MiB"}, want: []string{"dram"}, notWant: []string{"dirty_bytes"}},
+		{name: "dram 0, dirty given", flags: map[string]string{"dram": "0", "dirty-bytes": "1MiB"},
+			want: []string{"dram: 0", `flag --dirty-bytes="1MiB": dirty_bytes`}},
+		{name: "data in mount", flags: map[string]string{"mount": dir + "/m", "data-dir": dir + "/m/data"},
+			want: []string{"data_dir", "inside the mount"}, notWant: []string{"g3_dir", "admin:", "g4:"}},
+		{name: "data in mount, admin given", flags: map[string]string{"mount": dir + "/m", "data-dir": dir + "/m/data", "admin": dir + "/m/a.sock"},
+			want: []string{"data_dir", "admin"}, notWant: []string{"g3_dir", "g4:"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Inputs{File: filepath.Join(dir, "absent.yaml"), Flags: tc.flags}
+			if tc.yaml != "" {
+				in.File, in.FileExplicit = writeFile(t, t.TempDir(), "c.yaml", tc.yaml), true
+			}
+			_, err := Load(in)
+			if err == nil {
+				t.Fatalf("no error, want one mentioning %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(err.Error(), w) {
+					t.Errorf("error %q mentions %q, which only follows from the root cause", err, w)
+				}
+			}
+		})
+	}
+	keys := map[string]bool{}
+	for _, o := range Options() {
+		keys[o.Key] = true
+	}
+	for _, o := range Options() {
+		if o.from != "" && (!keys[o.from] || o.derive == nil) {
+			t.Errorf("option %s derives from %q: not an option, or no derive", o.Key, o.from)
+		}
+	}
+}

@@ -35,6 +35,9 @@ type Option struct {
 	// derive fills the value from other options when it is still the zero
 	// value after all layers; nil means Default is parsed literally.
 	derive func(c *Config)
+	// from is the option derive computes the value from ("" for none):
+	// Validate does not report a derived value whose source it reported.
+	from string
 }
 
 // EnvPrefix prefixes every environment variable.
@@ -58,8 +61,8 @@ func opt(key, def, help string, set func(*Config, string) error, get func(*Confi
 	}
 }
 
-func derived(o Option, derive func(*Config)) Option {
-	o.derive = derive
+func derived(o Option, from string, derive func(*Config)) Option {
+	o.derive, o.from = derive, from
 	return o
 }
 
@@ -77,12 +80,12 @@ func table() []Option {
 			setFraction(func(c *Config) *float64 { return &c.DRAMLow }), getFloat(func(c *Config) *float64 { return &c.DRAMLow })),
 		derived(opt("dirty_bytes", "dram/4", "bound on dirty (not yet written back) bytes in G2; writers wait above it; 0 = dram/4",
 			setSize(func(c *Config) *int64 { return &c.DirtyBytes }), getSize(func(c *Config) *int64 { return &c.DirtyBytes })),
-			func(c *Config) { c.DirtyBytes = c.DRAM / 4 }),
+			"dram", func(c *Config) { c.DirtyBytes = c.DRAM / 4 }),
 		opt("block_size", "256KiB", "default namespace block size: power of two, 4KiB to 4MiB",
 			setBlockSize(func(c *Config) *int { return &c.BlockSize }), getInt(func(c *Config) *int { return &c.BlockSize })),
 		derived(opt("g3_dir", "<data_dir>/g3", "directory of G3 (local NVMe) segment files",
 			setString(func(c *Config) *string { return &c.G3Dir }), getString(func(c *Config) *string { return &c.G3Dir })),
-			func(c *Config) { c.G3Dir = filepath.Join(c.DataDir, "g3") }),
+			"data_dir", func(c *Config) { c.G3Dir = filepath.Join(c.DataDir, "g3") }),
 		opt("g3_size", "10GiB", "G3 capacity (fixed default, not a fraction of the filesystem); 0 disables G3",
 			setSize(func(c *Config) *int64 { return &c.G3Size }), getSize(func(c *Config) *int64 { return &c.G3Size })),
 		opt("statfs_capacity", "0", "capacity statfs reports for a namespace without a quota (f_blocks); 0 = dram + g3_size (an unbounded G4 adds nothing)",
@@ -97,7 +100,7 @@ func table() []Option {
 			setFractionOrZero(func(c *Config) *float64 { return &c.G3CompactLive }), getFloat(func(c *Config) *float64 { return &c.G3CompactLive })),
 		derived(opt("g4", "file://<data_dir>/g4", "G4 object store: file:///abs/path, s3://bucket/prefix, or none to disable",
 			setG4, func(c *Config) string { return c.G4 }),
-			func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
+			"data_dir", func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
 		opt("g4_ttl", "72h", "how long cold blocks are kept in G4 (Go duration, or days as 3d)",
 			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
 		opt("g4_size", "auto", "most payload bytes G4 may hold; above g4_high its oldest blocks are evicted; auto = 80% of the size of the filesystem of a file:// G4 (measured at start), unbounded for s3://; 0 = unbounded",
@@ -132,7 +135,7 @@ func table() []Option {
 			setScore(func(c *Config) *float64 { return &c.WarmThreshold }), getFloat(func(c *Config) *float64 { return &c.WarmThreshold })),
 		derived(opt("admin", "<data_dir>/admin.sock", "admin unix socket (mode 0600) used by ctxmemd status",
 			setString(func(c *Config) *string { return &c.Admin }), getString(func(c *Config) *string { return &c.Admin })),
-			func(c *Config) { c.Admin = filepath.Join(c.DataDir, "admin.sock") }),
+			"data_dir", func(c *Config) { c.Admin = filepath.Join(c.DataDir, "admin.sock") }),
 		opt("metrics", "127.0.0.1:9464", "Prometheus /metrics listen address (host:port); empty disables",
 			setString(func(c *Config) *string { return &c.Metrics }), getString(func(c *Config) *string { return &c.Metrics })),
 		opt("kv_events", "", "ZMQ PUB endpoint of KV events in vLLM's format (BlockStored/BlockRemoved with medium = tier) for KV-aware routers, e.g. tcp://127.0.0.1:5557; empty disables",
@@ -155,7 +158,7 @@ func table() []Option {
 			setString(func(c *Config) *string { return &c.Cluster }), getString(func(c *Config) *string { return &c.Cluster })),
 		derived(opt("host", "<OS host name>", "this host's name on the control bus (letters, digits, _ and -)",
 			setString(func(c *Config) *string { return &c.Host }), getString(func(c *Config) *string { return &c.Host })),
-			func(c *Config) { c.Host = DefaultHost() }),
+			"", func(c *Config) { c.Host = DefaultHost() }),
 		opt("nats", "", "NATS URL(s) of the control bus, comma-separated; empty embeds a NATS server in the daemon; none disables the control plane",
 			setString(func(c *Config) *string { return &c.NATS }), getString(func(c *Config) *string { return &c.NATS })),
 		opt("nats_listen", "", "client listener (host:port) of the embedded NATS server, for other hosts and schedulers; empty = in-process only",

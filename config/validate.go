@@ -38,9 +38,24 @@ const maxSocketPath = 107
 // powers of two in 4 KiB–4 MiB, a segment smaller than a block, dirty bytes
 // above dram, thresholds out of order, a bad metrics address, a socket path
 // too long, duplicate or malformed namespaces.
+//
+// Only root causes are reported: a value the user did not give, derived
+// from an option already reported (dirty_bytes from dram, g3_dir, g4 and
+// admin from data_dir), is not reported too.
 func (c Config) Validate() error {
 	var errs []error
+	from := map[string]string{} // derived option → the option it derives from
+	for _, o := range table() {
+		if o.from != "" {
+			from[o.Key] = o.from
+		}
+	}
+	reported := map[string]bool{}
 	bad := func(key, format string, a ...any) {
+		if src := from[key]; src != "" && reported[src] && c.origin(key) == "" {
+			return // follows from src's error
+		}
+		reported[key] = true
 		if o := c.origin(key); o != "" {
 			errs = append(errs, fmt.Errorf("config: %s: %s: %s", o, key, fmt.Sprintf(format, a...)))
 			return

@@ -88,8 +88,16 @@ func TestAddNamespaceLive(t *testing.T) {
 		t.Fatalf("after restart: %d bytes, %v", len(got), err)
 	}
 	// A restart without it keeps its files unserved; adding it back live
-	// then needs a restart (its identity decides whether they are kept).
+	// with the same identity serves them again (a new user's run: it
+	// needed a restart), with their quota usage.
 	id := m.obj(f)
+	sub := filepath.Join(p, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(f, filepath.Join(sub, "kv2")); err != nil {
+		t.Fatal(err)
+	}
 	m.stop()
 	m.opts.Namespaces = nil
 	m.start()
@@ -99,11 +107,49 @@ func TestAddNamespaceLive(t *testing.T) {
 	if !m.be.exists(id) {
 		t.Fatal("files of an undeclared namespace deleted")
 	}
-	if err := m.srv.AddNamespace(ns); !errors.Is(err, ErrNeedsRestart) {
-		t.Fatalf("adding a recorded namespace live: %v, want ErrNeedsRestart", err)
+	if err := m.srv.AddNamespace(ns); err != nil {
+		t.Fatalf("adding a recorded namespace back live: %v", err)
+	}
+	for _, name := range []string{f, filepath.Join(sub, "kv2")} {
+		if got, err := os.ReadFile(name); err != nil || !bytes.Equal(got, pattern(3, 300<<10)) {
+			t.Fatalf("%s after adding back: %d bytes, %v", name, len(got), err)
+		}
+	}
+	var fst syscall.Stat_t
+	if err := syscall.Stat(f, &fst); err != nil || fst.Nlink != 2 {
+		t.Fatalf("kv links %d (%v), want 2", fst.Nlink, err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o770 || st.Sys().(*syscall.Stat_t).Nlink != 3 {
+		t.Fatalf("namespace dir after adding back: %v %v", st, err)
+	}
+	if err := os.WriteFile(filepath.Join(p, "big"), make([]byte, 800<<10), 0o644); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("write past the quota with the kept file counted: %v, want EDQUOT", err)
+	}
+	_ = os.Remove(filepath.Join(p, "big"))
+	if err := os.WriteFile(filepath.Join(sub, "new"), pattern(4, 10<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// What it holds now survives a restart that declares it.
+	m.stop()
+	m.opts.Namespaces = []Namespace{{Name: DefaultNamespace, Mode: DefaultNamespaceMode}, ns}
+	m.start()
+	if got, err := os.ReadFile(filepath.Join(sub, "new")); err != nil || !bytes.Equal(got, pattern(4, 10<<10)) {
+		t.Fatalf("new file after restart: %d bytes, %v", len(got), err)
+	}
+	// Another identity cannot be added live: a restart serves it empty.
+	m.stop()
+	m.opts.Namespaces = nil
+	m.start()
+	other := ns
+	other.ModelID = "m2"
+	if err := m.srv.AddNamespace(other); !errors.Is(err, ErrNeedsRestart) {
+		t.Fatalf("adding a recorded namespace with another identity live: %v, want ErrNeedsRestart", err)
 	}
 	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refused namespace served: %v", err)
+	}
+	if !m.be.exists(id) {
+		t.Fatal("files of a refused namespace deleted")
 	}
 }
 

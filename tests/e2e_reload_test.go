@@ -240,7 +240,9 @@ func (f *reloadFixture) checkStatusWatermark(tier string, want float64) {
 // TestE2EConfigReloadNamespaces adds a namespace by editing the file: its
 // directory appears in the mount at once (even after a failed lookup of
 // it), a file written there reads back, also after a restart; an invalid
-// namespace keeps the running config; removing one needs a restart.
+// namespace keeps the running config; removing one needs a restart; one
+// removed at a restart and added back by a reload is served again at
+// once with its files.
 func TestE2EConfigReloadNamespaces(t *testing.T) {
 	f := newReloadFixture(t)
 	d := f.d
@@ -315,5 +317,25 @@ func TestE2EConfigReloadNamespaces(t *testing.T) {
 	f.waitLog(m, "need a restart", "namespaces[extra] (removed)")
 	if _, err := os.Stat(file); err != nil {
 		t.Fatalf("removed namespace no longer served before a restart: %v", err)
+	}
+
+	// Removed at a restart, then added back by a reload (a new user's
+	// run: it needed a second restart to appear): served at once, with
+	// the files it had, and its quota usage.
+	d.Restart()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("extra served after a restart without it: %v", err)
+	}
+	m = f.mark()
+	f.replace(base + extra)
+	f.waitLog(m, "config reloaded", "namespaces=default,extra")
+	if strings.Contains(d.Log()[m:], "need a restart") {
+		t.Fatalf("adding a namespace back was logged as needing a restart:\n%s", d.Log()[m:])
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("file of a namespace added back: %d bytes, %v", len(got), err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 7<<20+512<<10), 0o644); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("write past the quota of a namespace added back, its file counted: %v, want EDQUOT", err)
 	}
 }

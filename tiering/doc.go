@@ -212,7 +212,8 @@
 // write lock; a slow tier then stalls that object's writers. Metadata
 // commits run under o.mu (markMetaDirty, persistCleanLocked, cleanBatch).
 //
-// Never call with a lock held: tier Put or Delete; SetG3Watermarks (G3
+// Never call with a lock held: tier Put or Delete; G4's MakeRoom (sinkPut:
+// its size eviction asks the Retainer, which locks objects); SetG3Watermarks (G3
 // reclaims on the caller's goroutine); waitRoom or any wait (Flush waits on
 // o.flushed unlocked); lose and removeObject; trimMemFiles. Callbacks out
 // of the package are made with no store lock held: OnLost's function, Import's register, FsckOptions.Name. (The health

@@ -193,7 +193,12 @@ func (s *Store) sinkBatch(ctx context.Context, o *object, idxs []uint32, pk tier
 	for i, it := range items {
 		keys[i], blocks[i] = it.k, it.data
 	}
-	n, err := s.putPackTo(ctx, pk, keys, blocks)
+	n := 0
+	err := s.sinkPut(ctx, o, int64(off), func() error {
+		m, err := s.putPackTo(ctx, pk, keys[n:], blocks[n:])
+		n += m
+		return err
+	})
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var first error
@@ -245,9 +250,38 @@ func (s *Store) sinkBlock(ctx context.Context, o *object, idx uint32, buf []byte
 		return false, s.releaseUpperLocked(o, idx, it.b, it.k), nil
 	}
 	o.mu.Unlock()
-	err = s.putTo(ctx, tiG4, it.k, it.data, true)
+	err = s.sinkPut(ctx, o, int64(len(it.data)), func() error { return s.putTo(ctx, tiG4, it.k, it.data, true) })
 	o.mu.Lock()
 	return s.sinkDoneLocked(o, it, err)
+}
+
+// sinkRoomTries bounds how often sinkPut has G4 make room for one put
+// (other puts may take the room it made before the put is retried).
+const sinkRoomTries = 3
+
+// sinkPut runs put, a sink's G4 put of n bytes, with no store lock held.
+// When G4 refuses it for want of space (also while its health machine
+// backs off a full G4) and G4 can make room (tier.RoomMaker: its size
+// eviction of its oldest cache-class blocks, run on this goroutine, which
+// is why no object lock may be held: G4's Retainer takes them), it makes
+// room and puts again, at most sinkRoomTries times. A G4 that cannot make
+// room (all it holds is retained or new) fails the sink with its error,
+// which says so, instead of "tier full" alone.
+func (s *Store) sinkPut(ctx context.Context, o *object, n int64, put func() error) error {
+	// The object's blocks sunk already stay: a file larger than G4 fails
+	// to sink whole instead of evicting its own first blocks (its only
+	// copies now).
+	keep := func(k tier.Key) bool { return k.Namespace == o.ns && k.Object == uint64(o.id) }
+	err := put()
+	rm, ok := s.g4.(tier.RoomMaker)
+	for try := 0; ok && errors.Is(err, tier.ErrNoSpace) && try < sinkRoomTries; try++ {
+		if rerr := rm.MakeRoom(ctx, n, keep); rerr != nil {
+			return rerr
+		}
+		s.health[tiG4].RoomMade()
+		err = put()
+	}
+	return err
 }
 
 // sinkPrepLocked decides what sinking block idx takes, o.mu held for

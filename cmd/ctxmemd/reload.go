@@ -268,7 +268,7 @@ func (d *daemon) addNamespaces(nss []fusefs.Namespace) (restart []string) {
 		case errors.Is(err, fusefs.ErrNamespaceExists):
 			d.log.Info("config reload: namespace already served", "namespace", ns.Name)
 		case errors.Is(err, fusefs.ErrNeedsRestart):
-			restart = append(restart, nsKey+"["+ns.Name+"] (recorded by an earlier mount)")
+			restart = append(restart, nsKey+"["+ns.Name+"] (recorded by an earlier mount with another identity: at the next start it starts EMPTY and its files are deleted)")
 		default:
 			d.log.Error("config reload: namespace not added", "namespace", ns.Name, "err", err)
 		}

@@ -294,6 +294,8 @@ func (d *daemon) open(ctx context.Context) error {
 			OpenUnlisted: true,
 			OpenTimeout:  g4OpenTimeout,
 			PackSize:     g4PackSize(cfg.G4PackSize),
+			// A sink that G4 makes room for evicts on its own goroutine.
+			OnMakeRoom: d.logG4Evict,
 		})
 		if err != nil {
 			return fmt.Errorf("open G4 %s: %w", cfg.G4, err)
@@ -389,15 +391,7 @@ func (d *daemon) open(ctx context.Context) error {
 			} else if n > 0 {
 				d.log.Info("G4 expiry", "blocks", n)
 			}
-		}, OnEvict: func(n int, err error) {
-			u := d.g4.Usage()
-			if err != nil {
-				d.log.Warn("G4 size eviction", "blocks", n, "err", err)
-			} else {
-				d.log.Info("G4 size eviction: oldest blocks deleted", "blocks", n,
-					"used", config.HumanSize(u.UsedBytes), "g4_size", config.HumanSize(u.CapacityBytes))
-			}
-		}})
+		}, OnEvict: d.logG4Evict})
 		d.goroutine(ctx, "g4-expiry", sw.Run)
 		if st, ok := d.g4.Store().(*s3.Store); ok {
 			d.goroutine(ctx, "g4-lifecycle", func(ctx context.Context) error { return d.keepLifecycle(ctx, st) })
@@ -877,6 +871,18 @@ func g3CompactLive(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// logG4Evict logs a G4 size eviction (by the sweeper, or for a sink:
+// g4.TierOptions.OnMakeRoom) of n blocks, or its error.
+func (d *daemon) logG4Evict(n int, err error) {
+	u := d.g4.Usage()
+	if err != nil {
+		d.log.Warn("G4 size eviction", "blocks", n, "err", err)
+	} else {
+		d.log.Info("G4 size eviction: oldest blocks deleted", "blocks", n,
+			"used", config.HumanSize(u.UsedBytes), "g4_size", config.HumanSize(u.CapacityBytes))
+	}
 }
 
 // g4PackSize maps g4_pack_size to g4.TierOptions.PackSize: 0 (one object

@@ -22,8 +22,9 @@ import (
 // Evicter is implemented by *Tier: size eviction, for a Sweeper to run.
 type Evicter interface {
 	// Evict deletes the oldest blocks if the tier is over its high
-	// watermark, until it is at most at its low watermark, and returns
-	// how many it deleted.
+	// watermark, or a put was refused for want of space, until it is at
+	// most at its low watermark (lower if the refused put needs it), and
+	// returns how many it deleted.
 	Evict(ctx context.Context) (int, error)
 	// EvictSignal receives (capacity 1, never closed) when a Put takes the
 	// tier over its high watermark or is refused for want of space.
@@ -45,34 +46,120 @@ func (t *Tier) signalEvict() {
 	}
 }
 
-// Evict implements Evicter. It does nothing unless Capacity is set and the
-// payload bytes held, with those of Puts in flight, are above
-// HighWatermark × Capacity; then it deletes blocks in the order they were
+// Evict implements Evicter. It does nothing unless Capacity is set and
+// either the payload bytes held, with those of Puts in flight, are above
+// HighWatermark × Capacity, or a Put was refused for want of space since
+// the last Evict (a put larger than the room left, such as a pack object,
+// is refused below high). Then it deletes blocks in the order they were
 // stored (the object's ModTime as listed, or the time of the Put),
 // oldest first, skipping those Retain exempts, until at most
-// LowWatermark × Capacity bytes are held. It works from the index (no
+// LowWatermark × Capacity bytes are held, or fewer if the largest refused
+// put needs more room than that leaves. It works from the index (no
 // listing), deleting up to evictWorkers blocks at once (so it may go a
-// few blocks below low). Before deleting a block it re-checks, under the
-// block's lock, that the index entry is the one it chose and that the
-// stored object is older than the start of the eviction, so a block
-// stored again meanwhile survives. The first backend error stops it and is
-// returned with the count so far.
+// few blocks below its target). Before deleting a block it re-checks,
+// under the block's lock, that the index entry is the one it chose and
+// that the stored object is older than the start of the eviction, so a
+// block stored again meanwhile survives. The first backend error stops it
+// and is returned with the count so far. Evict and MakeRoom run one at a
+// time.
 func (t *Tier) Evict(ctx context.Context) (int, error) {
 	if t.closed.Load() {
 		return 0, fmt.Errorf("g4 evict: %w", tier.ErrClosed)
 	}
-	if t.opts.Capacity <= 0 || t.idx.load() <= t.high {
+	if t.opts.Capacity <= 0 {
 		return 0, nil
 	}
-	low := int64(math.Round(t.opts.LowWatermark * float64(t.opts.Capacity)))
+	t.evictMu.Lock()
+	defer t.evictMu.Unlock()
+	target := t.lowBytes()
+	need := t.short.Swap(0)
+	if need > 0 {
+		target = min(target, t.opts.Capacity-need)
+	}
+	if load := t.idx.load(); load <= t.high && (need == 0 || load <= target) {
+		return 0, nil
+	}
+	return t.evictTo(ctx, target, t.retained)
+}
+
+// MakeRoom implements tier.RoomMaker: when a put of n bytes does not fit
+// in Capacity, it evicts as Evict does, oldest first and never a block
+// Retain or keep (if not nil) keeps, down to the low watermark or lower
+// if n needs it, and
+// returns nil once n bytes fit. If they still do not, because what is
+// left is retained (device-class blocks), kept or being stored, it returns
+// an error wrapping tier.ErrNoSpace that says so; also when n exceeds
+// Capacity. It deletes nothing when n fits already or the tier is
+// unbounded. A refused put of at most n bytes is then no longer owed room
+// by the next Evict. The caller must hold no lock its Retainer takes.
+func (t *Tier) MakeRoom(ctx context.Context, n int64, keep func(tier.Key) bool) error {
+	if t.closed.Load() {
+		return fmt.Errorf("g4 make room: %w", tier.ErrClosed)
+	}
+	c := t.opts.Capacity
+	switch {
+	case c <= 0 || t.idx.load()+n <= c:
+		return nil
+	case n > c:
+		return fmt.Errorf("g4: %d bytes are more than its capacity of %d bytes (g4_size): %w", n, c, tier.ErrNoSpace)
+	}
+	t.evictMu.Lock()
+	retain := t.retained
+	if keep != nil {
+		retain = func(k tier.Key) bool { return keep(k) || t.retained(k) }
+	}
+	evicted, err := t.evictTo(ctx, min(t.lowBytes(), c-n), retain)
+	// The refusal that led here is served: the next Evict must not make
+	// room for it again (counting its retried put, in flight, as held).
+	for old := t.short.Load(); old <= n && !t.short.CompareAndSwap(old, 0); old = t.short.Load() {
+	}
+	t.evictMu.Unlock()
+	if f := t.opts.OnMakeRoom; f != nil && (evicted > 0 || err != nil) {
+		f(evicted, err)
+	}
+	if err != nil {
+		return err
+	}
+	if load := t.idx.load(); load+n > c {
+		return fmt.Errorf("g4: no room for %d bytes: %d of its %d bytes (g4_size) are held and none of them may be evicted "+
+			"(blocks of device-class objects such as NBD exports are kept, as are those of the object being stored, and blocks being stored are new): %w", n, load, c, tier.ErrNoSpace)
+	}
+	return nil
+}
+
+var _ tier.RoomMaker = (*Tier)(nil)
+
+// lowBytes is LowWatermark × Capacity, in bytes.
+func (t *Tier) lowBytes() int64 {
+	return int64(math.Round(t.opts.LowWatermark * float64(t.opts.Capacity)))
+}
+
+// noteShort records that a put of n bytes was refused for want of space,
+// for the next Evict to make room for it (n beyond Capacity never fits,
+// and is not recorded).
+func (t *Tier) noteShort(n int64) {
+	if n > t.opts.Capacity {
+		return
+	}
+	for {
+		old := t.short.Load()
+		if n <= old || t.short.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// evictTo deletes the oldest blocks retain does not keep until at most
+// target bytes are held, t.evictMu held, and returns how many it deleted.
+func (t *Tier) evictTo(ctx context.Context, target int64, retain func(tier.Key) bool) (int, error) {
 	start := t.opts.Now()
 	n := 0
 	for {
-		excess := t.idx.load() - low
+		excess := t.idx.load() - target
 		if excess <= 0 {
 			return n, nil
 		}
-		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, t.retained), low, start)
+		deleted, err := t.evictAll(ctx, t.idx.oldest(excess, retain), target, start)
 		n += deleted
 		if err != nil {
 			return n, err

@@ -386,3 +386,132 @@ func TestEvictConcurrent(t *testing.T) {
 	must(t, err)
 	t.Logf("%d evicted, %d refused, %d left", tr.Evicted(), refused.Load(), u.Blocks)
 }
+
+// TestEvictAfterRefusedPut is a new user's run: a put larger than the
+// room left (a pack object) is refused while the tier is below its high
+// watermark. The refusal must make the next Evict free room for it, down
+// past the low watermark if the put needs that, oldest first; before,
+// Evict did nothing below high, so the put was refused for ever.
+func TestEvictAfterRefusedPut(t *testing.T) {
+	const capacity = 40 * evBlock
+	tr := openTier(t, newLocal(t, t.TempDir()), g4.TierOptions{Capacity: capacity, Now: tickClock()})
+	for i := range 30 { // 75%: below high (38 blocks)
+		k := key(1, uint32(i))
+		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
+	}
+	big := key(2, 0)
+	data := tiertest.Pattern(big, 12*evBlock, 0)
+	if err := tr.Put(bg, big, data); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("Put of 12 blocks into 10 free = %v, want ErrNoSpace", err)
+	}
+	if !signalled(tr) {
+		t.Fatal("no EvictSignal after a refused Put")
+	}
+	// The low watermark (34 blocks) leaves 6 free: evict down to 28.
+	if n, err := tr.Evict(bg); err != nil || n != 2 {
+		t.Fatalf("Evict after a refused Put = %d, %v; want 2 (30 blocks down to 28)", n, err)
+	}
+	for i := range 30 {
+		if got, want := present(t, tr, key(1, uint32(i))), i >= 2; got != want {
+			t.Errorf("block %d present = %v, want %v", i, got, want)
+		}
+	}
+	if err := tr.Put(bg, big, data); err != nil {
+		t.Fatalf("Put after Evict: %v", err)
+	}
+	// 40 blocks now, over high: the usual eviction down to low (34);
+	// then, the refusal served, nothing.
+	if n, err := tr.Evict(bg); err != nil || n != 6 {
+		t.Fatalf("Evict over high = %d, %v; want 6", n, err)
+	}
+	if n, err := tr.Evict(bg); err != nil || n != 0 {
+		t.Fatalf("Evict at low = %d, %v; want 0", n, err)
+	}
+}
+
+// TestMakeRoom checks tier.RoomMaker: MakeRoom evicts the oldest blocks
+// so that a put of n bytes fits (nothing when it fits already), never a
+// retained or kept one, and fails with ErrNoSpace saying why when what is left
+// is retained, or n is beyond the capacity.
+func TestMakeRoom(t *testing.T) {
+	const capacity = 40 * evBlock
+	var made atomic.Int64
+	tr := openTier(t, newLocal(t, t.TempDir()), g4.TierOptions{Capacity: capacity, Now: tickClock(),
+		Retain:     func(k tier.Key) bool { return k.Namespace == "nbd-export" },
+		OnMakeRoom: func(n int, err error) { made.Add(int64(n)) }})
+	for i := range 20 {
+		k := key(1, uint32(i))
+		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
+	}
+	for i := range 10 {
+		k := tier.Key{Namespace: "nbd-export", Object: 1, Gen: 1, Index: uint32(i)}
+		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
+	}
+	if err := tr.MakeRoom(bg, 10*evBlock, nil); err != nil || tr.Evicted() != 0 {
+		t.Fatalf("MakeRoom of what fits = %v, %d evicted", err, tr.Evicted())
+	}
+	big := key(2, 0)
+	data := tiertest.Pattern(big, 16*evBlock, 0)
+	if err := tr.Put(bg, big, data); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("Put of 16 blocks into 10 free = %v, want ErrNoSpace", err)
+	}
+	if err := tr.MakeRoom(bg, 16*evBlock, nil); err != nil {
+		t.Fatalf("MakeRoom(16 blocks) with 10 free: %v", err)
+	}
+	if tr.Evicted() != 6 || made.Load() != 6 {
+		t.Fatalf("MakeRoom evicted %d (reported %d), want 6 (down to 24 blocks)", tr.Evicted(), made.Load())
+	}
+	for i := range 20 {
+		if got, want := present(t, tr, key(1, uint32(i))), i >= 6; got != want {
+			t.Errorf("block %d present = %v, want %v", i, got, want)
+		}
+	}
+	if err := tr.Put(bg, big, data); err != nil {
+		t.Fatalf("Put after MakeRoom: %v", err)
+	}
+	// 40 blocks, over high: the sweep's Evict goes down to low (34), not
+	// again to make room for the refused Put, which MakeRoom served.
+	if n, err := tr.Evict(bg); err != nil || n != 6 {
+		t.Fatalf("Evict after MakeRoom and the Put = %d, %v; want 6", n, err)
+	}
+	if !present(t, tr, key(1, 19)) {
+		t.Fatal("newest small block evicted")
+	}
+	if err := tr.Delete(bg, big); err != nil {
+		t.Fatal(err)
+	}
+	before := tr.Evicted()
+	if err := tr.MakeRoom(bg, 35*evBlock, func(tier.Key) bool { return true }); !errors.Is(err, tier.ErrNoSpace) || tr.Evicted() != before {
+		t.Fatalf("MakeRoom keeping every block = %v, %d evicted", err, tr.Evicted()-before)
+	}
+	err := tr.MakeRoom(bg, 35*evBlock, nil) // only 8 cache blocks can go, 10 are retained
+	if !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("MakeRoom with only retained blocks left = %v, want ErrNoSpace", err)
+	}
+	t.Log(err)
+	if u := tr.Usage(); u.Blocks != 10 {
+		t.Fatalf("after a MakeRoom that could not: %+v, want the 10 retained blocks", u)
+	}
+	if err := tr.MakeRoom(bg, capacity+1, nil); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("MakeRoom beyond capacity = %v", err)
+	}
+}
+
+// TestRefusedPackIsNotOwedRoom: a pack (a sink's) refused below high does
+// not make the next Evict evict: the sink makes room itself (MakeRoom,
+// keeping the blocks of its object stored before), and an Evict could
+// take those, its only copies, once nothing older is left.
+func TestRefusedPackIsNotOwedRoom(t *testing.T) {
+	tr := openTier(t, newLocal(t, t.TempDir()), g4.TierOptions{Capacity: 40 * evBlock, Now: tickClock()})
+	for i := range 30 {
+		k := key(1, uint32(i))
+		mustPutBlock(t, tr, k, tiertest.Pattern(k, evBlock, 0))
+	}
+	keys, blocks := packRun(2, 0, 12, evBlock, evBlock, 1)
+	if _, err := tr.PutPack(bg, keys, blocks); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("PutPack of 12 blocks into 10 free = %v, want ErrNoSpace", err)
+	}
+	if n, err := tr.Evict(bg); err != nil || n != 0 {
+		t.Fatalf("Evict after a refused pack = %d, %v; want 0", n, err)
+	}
+}

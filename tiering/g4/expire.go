@@ -165,7 +165,7 @@ const (
 
 // Sweeper expires blocks of a tier.Expirer by TTL on a timer and, when the
 // tier is also an Evicter (a *Tier), runs its size eviction after every
-// expiry and whenever the tier signals it is over its high watermark. It
+// expiry and whenever the tier signals it is over its high watermark (or refused a put). It
 // starts no goroutine of its own: whoever calls Run owns the loop and stops
 // it by cancelling Run's context.
 type Sweeper struct {

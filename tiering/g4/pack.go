@@ -158,6 +158,10 @@ func (t *Tier) putPack(ctx context.Context, keys []tier.Key, blocks [][]byte) (i
 		return 0, fmt.Errorf("g4 put pack %v: %w", k0, err)
 	}
 	payload := ref.payload()
+	// A refused pack is not owed room by Evict (noteShort), unlike a
+	// refused Put: its caller, a sink, makes room itself (MakeRoom),
+	// keeping the blocks of its object stored before, which Evict,
+	// oldest first, could take when nothing older is left.
 	ok, wake := t.idx.reserveMany(keys, payload, t.opts.Capacity, t.high)
 	if wake {
 		t.signalEvict()

@@ -34,7 +34,9 @@ type TierOptions struct {
 	// 0.95 and 0.85; 0 < low < high <= 1): once the payload bytes held
 	// (with Puts in flight) pass high, Evict deletes the blocks stored
 	// longest ago until they are at most low. A Put that takes them over
-	// high signals EvictSignal. Unused when Capacity is 0.
+	// high signals EvictSignal, as does a Put refused for want of space
+	// (the next Evict then makes room for it even below high; MakeRoom
+	// does so at once). Unused when Capacity is 0.
 	HighWatermark, LowWatermark float64
 	// MaxBlockSize is the largest block Put accepts, in bytes (default and
 	// minimum tier.MaxBlockSize, 4 MiB; at most 1 GiB).
@@ -48,6 +50,10 @@ type TierOptions struct {
 	// NBD exports are never dropped). It is called with no lock of the
 	// tier held.
 	Retain func(k tier.Key) bool
+	// OnMakeRoom, if set, is called after a MakeRoom that evicted blocks
+	// or failed to, with how many it evicted and the backend error (nil
+	// if none), on MakeRoom's goroutine with no lock of the tier held.
+	OnMakeRoom func(evicted int, err error)
 	// OpenUnlisted makes NewTier return the tier even when its first
 	// listing gets no answer (an error wrapping tier.ErrUnavailable, or
 	// OpenTimeout running out): the tier then starts unlisted (Listed is
@@ -117,8 +123,10 @@ type Tier struct {
 
 	retainer atomic.Pointer[tier.Retainer] // SetRetainer
 
-	wake chan struct{} // EvictSignal: a Put took the load over high, or was refused
-	high int64         // HighWatermark × Capacity, bytes
+	wake    chan struct{} // EvictSignal: a Put took the load over high, or was refused
+	high    int64         // HighWatermark × Capacity, bytes
+	short   atomic.Int64  // the largest put refused for space since the last Evict (noteShort)
+	evictMu sync.Mutex    // one size eviction at a time (Evict, MakeRoom)
 
 	stamp atomic.Uint64 // the largest pack stamp handed out or listed (nextStamp)
 	ra    readAhead     // blocks of packs read ahead (readahead.go)
@@ -311,6 +319,9 @@ func (t *Tier) Put(ctx context.Context, k tier.Key, data []byte) error {
 	defer unlock()
 	n := int64(len(data))
 	ok, wake := t.idx.reserve(k, n, t.opts.Capacity, t.high)
+	if !ok {
+		t.noteShort(n)
+	}
 	if wake {
 		t.signalEvict()
 	}

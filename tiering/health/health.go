@@ -204,6 +204,17 @@ func (m *Machine) Admit(op Op) error {
 	return nil
 }
 
+// RoomMade ends a full tier's backoff at once: the tier has just made
+// room for a put (tier.RoomMaker), so the next put is admitted; its
+// outcome, given to Observe, sets the state as usual.
+func (m *Machine) RoomMade() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.full {
+		m.fullRetryAt = m.cfg.Now()
+	}
+}
+
 // Refusing reports whether Admit(op) would refuse a call now, without
 // letting a probe through (a Down tier whose probe is due is not refusing).
 func (m *Machine) Refusing(op Op) bool {

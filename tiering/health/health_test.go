@@ -145,6 +145,29 @@ func TestFullTierSkipsPutsForTheBackoff(t *testing.T) {
 	}
 }
 
+// TestRoomMadeEndsTheFullBackoff: once the tier made room (G4 for a
+// sink), the next put is admitted at once; the machine stays degraded
+// (full) until a put is stored.
+func TestRoomMadeEndsTheFullBackoff(t *testing.T) {
+	m, _, _ := newMachine(t)
+	m.RoomMade() // not full: nothing to end
+	m.Observe(Put, fmt.Errorf("g4 put: %w", tier.ErrNoSpace))
+	if err := m.Admit(Put); !errors.Is(err, tier.ErrNoSpace) {
+		t.Fatalf("put within backoff: %v", err)
+	}
+	m.RoomMade()
+	if err := m.Admit(Put); err != nil {
+		t.Fatalf("put after RoomMade: %v", err)
+	}
+	if s := m.Snapshot(); !s.Full || s.State != Degraded {
+		t.Fatalf("after RoomMade, before a put: %+v", s)
+	}
+	m.Observe(Put, nil)
+	if s := m.Snapshot(); s.Full || s.State != Up {
+		t.Fatalf("after a stored put: %+v", s)
+	}
+}
+
 func TestNeutralErrorsDoNotCount(t *testing.T) {
 	m, _, _ := newMachine(t)
 	for _, err := range []error{tier.ErrNotFound, tier.ErrCorrupt, tier.ErrTooLarge, context.Canceled} {

@@ -150,6 +150,19 @@ type Retaining interface {
 	SetRetainer(r Retainer)
 }
 
+// RoomMaker is implemented by bounded tiers that delete blocks on their
+// own to stay within their capacity (G4's size eviction). MakeRoom is for
+// a caller whose put was refused with ErrNoSpace and that would rather
+// wait for room than fail: it deletes what the tier may drop (never what
+// its Retainer keeps, nor a block keep reports true for: keep may be nil)
+// until n more bytes fit and returns nil, or returns an error wrapping
+// ErrNoSpace when they cannot be made to fit. It runs on the caller's
+// goroutine and asks the Retainer, so the caller must hold no lock the
+// Retainer takes (in the core: no object lock).
+type RoomMaker interface {
+	MakeRoom(ctx context.Context, n int64, keep func(Key) bool) error
+}
+
 // Limits are a tier's capacity and reclaim watermarks.
 type Limits struct {
 	// CapacityBytes bounds the bytes the tier keeps on its device; 0
