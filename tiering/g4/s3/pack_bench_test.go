@@ -49,7 +49,9 @@ import (
 // It reports each case's p50 and p99 over all rounds, its GETs and bytes
 // received per run, and the ratios pack/block of the p50s measured in
 // this run. CTXMEM_VERSITYGW_IO_BUFFER sets the server's read buffer
-// (package s3test), on which the cost of a ranged GET depends.
+// (package s3test), on which the cost of a ranged GET depends;
+// CTXMEM_S3_BENCH_ENDPOINT measures another S3 server instead
+// (s3test.StartBenchServer).
 // Run it with
 //
 //	go test -run '^$' -bench BenchmarkPackedSink -benchtime 1x ./tiering/g4/s3/
@@ -69,8 +71,10 @@ func BenchmarkPackedSink(b *testing.B) {
 			b.Fatalf("CTXMEM_PACK_BENCH_ROUNDS=%q: want a number >= 1", v)
 		}
 	}
-	srv := s3test.StartServer(b)
-	if v := srv.IOBuffer(); v != "" {
+	srv := s3test.StartBenchServer(b)
+	if srv.External {
+		b.Logf("external S3 server %s (%s), bucket %s", srv.Endpoint, s3test.EnvBenchEndpoint, srv.Bucket)
+	} else if v := srv.IOBuffer(); v != "" {
 		b.Logf("versitygw posix --io-buffer-size %s", v)
 	} else {
 		b.Logf("versitygw posix --io-buffer-size: default (1 MiB)")

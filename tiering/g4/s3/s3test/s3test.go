@@ -20,6 +20,9 @@
 // that size allocated per request, which costs a 256 KiB range about
 // twice a whole 256 KiB object (BenchmarkPackedSink; 64 KiB brings it
 // near 1x).
+//
+// Benchmarks may measure another S3 server instead (StartBenchServer:
+// $CTXMEM_S3_BENCH_ENDPOINT and its keys).
 package s3test
 
 import (
@@ -73,6 +76,9 @@ type Server struct {
 	// certificate when the server speaks HTTPS (StartTLSServer); "" for
 	// plain HTTP.
 	CAFile string
+	// External is true for a server this package did not start
+	// (StartBenchServer with $CTXMEM_S3_BENCH_ENDPOINT).
+	External bool
 
 	bin      string
 	ioBuffer string // --io-buffer-size of the posix backend; "" for its default
@@ -185,6 +191,40 @@ func start(tb testing.TB, tls bool) *Server {
 	return s
 }
 
+// Environment of StartBenchServer: an S3 server the caller runs (another
+// implementation, or the object store a deployment will use).
+const (
+	EnvBenchEndpoint  = "CTXMEM_S3_BENCH_ENDPOINT"   // host:port, plain HTTP, path-style
+	EnvBenchAccessKey = "CTXMEM_S3_BENCH_ACCESS_KEY" // its access key
+	EnvBenchSecretKey = "CTXMEM_S3_BENCH_SECRET_KEY" // its secret key
+)
+
+// StartBenchServer is StartServer for benchmarks, which may measure
+// another S3 server: with $CTXMEM_S3_BENCH_ENDPOINT set it starts nothing
+// and returns that server (keys from $CTXMEM_S3_BENCH_ACCESS_KEY and
+// $CTXMEM_S3_BENCH_SECRET_KEY, region Region) with a new bucket
+// "ctxmem-bench-<unix nanoseconds>" made on it, which is left there. Such
+// a Server is External: it has no process (Stop is a no-op, Start fails,
+// Pause and Resume fail) and no Dir.
+func StartBenchServer(tb testing.TB) *Server {
+	tb.Helper()
+	ep := os.Getenv(EnvBenchEndpoint)
+	if ep == "" {
+		return start(tb, false)
+	}
+	s := &Server{Endpoint: ep, AccessKey: os.Getenv(EnvBenchAccessKey), SecretKey: os.Getenv(EnvBenchSecretKey),
+		Bucket: fmt.Sprintf("ctxmem-bench-%d", time.Now().UnixNano()), External: true, tb: tb}
+	if s.AccessKey == "" || s.SecretKey == "" {
+		tb.Fatalf("s3test: %s=%s needs %s and %s", EnvBenchEndpoint, ep, EnvBenchAccessKey, EnvBenchSecretKey)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := s.Client().MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{Region: Region}); err != nil {
+		tb.Fatalf("s3test: make bucket %s on %s: %v", s.Bucket, ep, err)
+	}
+	return s
+}
+
 // Start returns the endpoint, keys and backing directory of a new server
 // (see StartServer) and a function that stops it early; the bucket is
 // Bucket. The server is also stopped when the test ends.
@@ -209,6 +249,9 @@ func freePort() (int, error) {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.External {
+		return errors.New("s3test: an external server is not started here")
+	}
 	if s.cmd != nil {
 		return nil
 	}
