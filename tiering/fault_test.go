@@ -343,3 +343,63 @@ func TestReclaimDemotesInParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestReclaimWithHungG4Returns: a G3 reclaim whose G4 puts never answer
+// (a hung object store) still returns, within the puts' deadline and the
+// G4 health machine's verdict, not after a deadline per block; the files
+// whose only copy was in the segment are lost (KV cache: recomputed),
+// those still in G2 keep their bytes, and none reads wrong bytes.
+func TestReclaimWithHungG4Returns(t *testing.T) {
+	ctx := context.Background()
+	const files, bs = 32, 64 << 10
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil) // DemoteWorkers: the default
+	defer fs.close(t)
+	var ids []tiering.ObjectID
+	var keys []tier.Key
+	for i := range files {
+		id, err := fs.store.Create("ns", bs, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		flushWithin(t, fs.store, id, 10*time.Second)
+		if i%2 == 0 { // half of them only in G3
+			if _, err := fs.store.Demote(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids, keys = append(ids, id), append(keys, tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1})
+	}
+	gate := faulttier.NewGate() // never released: every G4 put hangs until its deadline
+	defer gate.Release()
+	fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, Gate: gate})
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		fs.store.DemoteFromG3(keys)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("DemoteFromG3 against a hung G4 did not return within 2 minutes")
+	}
+	t.Logf("reclaim of %d blocks against a hung G4 returned after %v (%d G4 puts reached the tier)", files, time.Since(start).Round(time.Millisecond), fs.g4.Calls(faulttier.Put))
+	kept := 0
+	for i, id := range ids {
+		buf := make([]byte, bs)
+		n, err := fs.store.ReadAt(ctx, id, buf, 0)
+		if err != nil {
+			continue // lost or unavailable: allowed, never wrong bytes
+		}
+		if n != bs || !bytes.Equal(buf, data(uint64(i), bs)) {
+			t.Fatalf("file %d reads wrong bytes after the reclaim (%d bytes)", i, n)
+		}
+		kept++
+	}
+	if kept < files/2 {
+		t.Errorf("%d of %d files read back; want at least the %d still in G2", kept, files, files/2)
+	}
+}
