@@ -427,6 +427,7 @@ func (s *Store) openedLocked(o *object, id ObjectID, fd int, write bool, srcs ma
 	if o.mf.opens == 0 {
 		s.holdResidentLocked(o)
 		s.pt.opened(o)
+		s.c.ptOpenObjects.Add(1)
 	}
 	o.mf.opens++
 	if write {
@@ -522,6 +523,28 @@ func (p *ptFiles) over(max int) []*object {
 	return out
 }
 
+// attachMemFileLocked gives o the memory file m (o.mf was nil) and counts
+// it (Stats.PassthroughObjects). o.mu held for writing.
+func (s *Store) attachMemFileLocked(o *object, m *memFile) {
+	o.mf = m
+	s.c.ptObjects.Add(1)
+}
+
+// detachMemFileLocked forgets o's memory file (closed or being closed by
+// the caller) and uncounts it, also as an open one while opens remain
+// (the object is being removed: its passthrough closes then find it gone
+// and count nothing). o.mu held for writing.
+func (s *Store) detachMemFileLocked(o *object) {
+	if o.mf == nil {
+		return
+	}
+	if o.mf.opens > 0 {
+		s.c.ptOpenObjects.Add(-1)
+	}
+	o.mf = nil
+	s.c.ptObjects.Add(-1)
+}
+
 // retireGrace is how long after its last passthrough close a memory file
 // is kept as it is: go-fuse unregisters the backing file only after the
 // daemon's Release returns, and an open meanwhile would reuse it.
@@ -584,7 +607,7 @@ func (s *Store) fromMemFileLocked(o *object) {
 	}
 	o.mf.retired = true
 	o.mf.close()
-	o.mf = nil
+	s.detachMemFileLocked(o)
 	s.pt.gone(o)
 }
 
@@ -630,7 +653,7 @@ func (s *Store) maybeMemFileLocked(o *object, end int64) bool {
 		s.logLimited("memory file", "object", o.id, "err", err)
 		return false
 	}
-	o.mf = m
+	s.attachMemFileLocked(o, m)
 	s.pt.closedLast(o)
 	return true
 }
@@ -648,7 +671,7 @@ func (s *Store) toMemFileLocked(ctx context.Context, o *object) (map[uint32]int,
 			m.close()
 			return nil, err
 		}
-		o.mf = m
+		s.attachMemFileLocked(o, m)
 	}
 	if err := o.mf.grow(o.size); err != nil {
 		return nil, err
@@ -786,6 +809,7 @@ func (s *Store) ClosePassthrough(id ObjectID, write bool) error {
 	if m.opens--; m.opens == 0 {
 		m.closedAt = time.Now()
 		s.pt.closedLast(o)
+		s.c.ptOpenObjects.Add(-1)
 		if !o.pinned {
 			now := time.Now()
 			s.g2mu.Lock()

@@ -48,6 +48,7 @@ type counters struct {
 	reclaimsPostponed              atomic.Int64
 	gcDeleted, gcFailed            atomic.Int64
 	ptOpens                        atomic.Int64
+	ptObjects, ptOpenObjects       atomic.Int64 // objects with a memory file, and those open through it (Stats)
 	dropped                        [nDrop]atomic.Int64
 	crcErrors                      atomic.Int64
 	objectsLost                    atomic.Int64

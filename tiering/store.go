@@ -403,7 +403,7 @@ func (s *Store) CloseContext(ctx context.Context) error {
 		}
 		if o.mf != nil {
 			o.mf.close()
-			o.mf = nil
+			s.detachMemFileLocked(o)
 		}
 		o.mu.Unlock()
 	}
@@ -581,7 +581,7 @@ func (s *Store) dropObjectLocked(o *object) {
 	if o.mf != nil {
 		o.mf.retired = true // closed below: its fd number must not be punched afterwards
 		o.mf.close()        // the kernel keeps its own reference for open files and mappings
-		o.mf = nil
+		s.detachMemFileLocked(o)
 		s.pt.gone(o)
 	}
 	s.signalFlushed(o)
@@ -973,23 +973,13 @@ func (s *Store) Stats() Stats {
 	if c, ok := s.g3.(tier.Compactor); ok {
 		st.G3PutBytes, st.G3CompactedBlocks, st.G3CompactedBytes = c.Compaction()
 	}
+	// Counted as memory files come and go, not by walking the objects:
+	// the sidecar's report and every metrics scrape call Stats, and a
+	// walk with a lock per object took 5.6% of a core at 1 M files.
+	st.PassthroughObjects, st.PassthroughOpen = s.c.ptObjects.Load(), s.c.ptOpenObjects.Load()
 	s.mu.RLock()
 	st.Objects = int64(len(s.objects))
-	objs := make([]*object, 0, len(s.objects))
-	for _, o := range s.objects {
-		objs = append(objs, o)
-	}
 	s.mu.RUnlock()
-	for _, o := range objs {
-		o.mu.RLock()
-		if o.mf != nil {
-			st.PassthroughObjects++
-			if o.mf.opens > 0 {
-				st.PassthroughOpen++
-			}
-		}
-		o.mu.RUnlock()
-	}
 	if p := s.degraded.Load(); p != nil {
 		st.Degraded = *p
 	}
