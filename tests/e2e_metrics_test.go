@@ -85,6 +85,9 @@ func TestE2EMetricsServed(t *testing.T) {
 	if got := num(`ctxmem_namespace_objects{namespace="default"}`); got != 4 {
 		t.Errorf("namespace objects %v, want 4", got)
 	}
+	if got := num(`ctxmem_namespace_bytes{namespace="default"}`); got != 4*300<<10 {
+		t.Errorf("namespace bytes %v, want %d (the four files; the NBD export is not a file)", got, 4*300<<10)
+	}
 	if num(`ctxmem_fuse_request_duration_seconds_count{op="create"}`) < 4 || num(`ctxmem_fuse_request_duration_seconds_count{op="lookup"}`) < 2 {
 		t.Error("FUSE latency histogram did not count the creates and lookups")
 	}

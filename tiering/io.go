@@ -322,7 +322,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 		n += cnt
 		pos += int64(cnt)
 		if pos > o.size {
-			o.size = pos
+			o.setSizeLocked(pos)
 		}
 	}
 	o.mu.Unlock()
@@ -478,7 +478,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		}
 		o.gen++
 		o.stale = nil // copies of the old generation's keys are garbage, never read
-		o.size = 0
+		o.setSizeLocked(0)
 		if o.mf != nil {
 			if err := o.mf.setSize(0); err != nil {
 				s.log.Error("memory file truncate", "object", o.id, "err", err)
@@ -511,7 +511,7 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 		}
 	}
 	if err == nil {
-		o.size = size
+		o.setSizeLocked(size)
 		if o.mf != nil {
 			// After the bytes past the new end were dropped (a shrink) or
 			// before any write into the new range (a growth).

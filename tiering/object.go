@@ -201,7 +201,8 @@ type object struct {
 	kind    string     // front end's label (CreateOptions.Kind); no meaning here
 	dur     Durability // fixed at creation; decides drops, retries and flush
 	bs      int
-	size    int64
+	size    int64       // set through setSizeLocked (Usage follows it)
+	use     *usageCount // its Usage row while in the object table (usage.go)
 	gen     uint64
 	pinned  bool
 	created time.Time

@@ -846,7 +846,7 @@ func (s *Store) adoptLocked(o *object) error {
 		return err
 	}
 	m.takenMtime = st.Mtim
-	o.size = st.Size
+	o.setSizeLocked(st.Size)
 	if _, err := m.mapped(st.Size); err != nil {
 		return err
 	}

@@ -105,12 +105,16 @@ func (s *Store) recover(ctx context.Context) error {
 				used[o.key(idx)] = true
 			}
 		}
+		s.countInLocked(o) // recovery: nothing else runs yet
 		s.objects[id] = o
 	})
 	if err != nil {
 		return fmt.Errorf("load metadata: %w", err)
 	}
 	for _, id := range lost {
+		if o := s.objects[id]; o != nil {
+			s.countOutLocked(o)
+		}
 		delete(s.objects, id)
 		if err := s.meta.del(id); err != nil {
 			return fmt.Errorf("drop lost object %d: %w", id, err)
@@ -166,6 +170,7 @@ func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, w
 		o.blocks.set(k.Index, newBlockIn(tiG3, in3, tiG4, in4))
 		used[k] = true
 	}
+	s.countInLocked(o)
 	s.objects[id] = o
 	s.cleanQueue = append(s.cleanQueue, cleanItem{o, time.Time{}})
 	s.log.Info("device-class object recovered after an unclean stop", "object", id, "kind", o.kind, "blocks", o.blocks.len())

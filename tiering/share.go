@@ -131,6 +131,7 @@ func (s *Store) Import(ns string, blockSize int, kind string, size int64, regist
 	if err := register(id, o.gen); err != nil {
 		return 0, err
 	}
+	s.countInLocked(o) // not shared yet
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()

@@ -194,6 +194,7 @@ type Store struct {
 
 	mu      sync.RWMutex // guards objects, nextID, idLimit
 	objects map[ObjectID]*object
+	usage   usageTable // live objects and bytes per namespace and kind (usage.go)
 	nextID  ObjectID
 	idLimit ObjectID
 
@@ -507,6 +508,7 @@ func (s *Store) CreateWith(ns string, blockSize int, opts CreateOptions) (Object
 	// file costs no metadata commit on the caller's path.
 	o := &object{id: id, ns: ns, kind: kind, dur: opts.Durability, bs: blockSize, gen: 1, created: s.clk.Now(),
 		metaDirty: true}
+	s.countInLocked(o) // not shared yet
 	s.mu.Lock()
 	s.objects[id] = o
 	s.mu.Unlock()
@@ -559,6 +561,7 @@ func (s *Store) Delete(ctx context.Context, id ObjectID) error {
 		err = s.meta.del(id)
 	}
 	s.dropObjectLocked(o)
+	s.countOutLocked(o)
 	o.mu.Unlock()
 	s.mu.Lock()
 	delete(s.objects, id)
@@ -662,6 +665,7 @@ func (s *Store) removeObject(id ObjectID, why error, lost bool) {
 		_ = s.meta.del(id)
 	}
 	s.dropObjectLocked(o)
+	s.countOutLocked(o)
 	o.mu.Unlock()
 	s.mu.Lock()
 	delete(s.objects, id)

@@ -794,10 +794,10 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 			n.PrefillAvoidedS = float64(n.TokensFound) * v.PrefillUsPerToken / 1e6
 		}
 	}
-	for _, o := range d.store.Objects() {
-		if n := per[o.Namespace]; n != nil && o.Kind == fusefs.ObjectKind {
-			n.Objects++
-			n.Bytes += o.Size
+	for _, u := range d.store.Usage() { // counters: a scrape does not walk every object
+		if n := per[u.Namespace]; n != nil && u.Kind == fusefs.ObjectKind {
+			n.Objects += u.Objects
+			n.Bytes += u.Bytes
 		}
 	}
 	st.Curves = curveStatus(d.curves, st.Namespaces)
