@@ -944,6 +944,8 @@ func TestE2ES3BadStart(t *testing.T) {
 		{"part size", s3URL(srv, srv.Bucket, "p") + "&part_size=1", srv.AccessKey, srv.SecretKey, []string{"part size"}, 20, true},
 		{"missing credentials file", s3URL(srv, srv.Bucket, "p") + "&credentials_file=/nonexistent-ctxm-creds", "", "", []string{"credentials_file", "/nonexistent-ctxm-creds", "no such file"}, 20, true},
 		{"bad bucket name", s3URL(srv, "Bad_Bucket", "p"), srv.AccessKey, srv.SecretKey, []string{"bucket", "bad_bucket", "--g4"}, 20, false}, // the server judges the name
+		// HTTPS against the plain-HTTP server: exited 1 (a systemd restart loop).
+		{"https to a plain endpoint", strings.Replace(s3URL(srv, srv.Bucket, "p"), "insecure=true", "insecure=false", 1), srv.AccessKey, srv.SecretKey, []string{"plain http", "insecure=true"}, 20, false},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {

@@ -180,9 +180,11 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 		if errors.As(err, &ec) {
 			code = ec.code // a configuration or environment error open named
 		}
-		if errors.Is(err, s3.ErrBucketNotFound) || errors.Is(err, s3.ErrAccessDenied) {
-			// The object store answered and refused the configuration:
-			// retrying (systemd's Restart=) cannot help.
+		if errors.Is(err, s3.ErrBucketNotFound) || errors.Is(err, s3.ErrAccessDenied) || errors.Is(err, s3.ErrEndpointConfig) {
+			// The object store answered and refused the configuration, or
+			// the endpoint cannot be spoken to as configured (HTTPS to a
+			// plain-HTTP server, an untrusted certificate): retrying
+			// (systemd's Restart=) cannot help.
 			code = exitUsage
 		}
 		return withCode(code, err)

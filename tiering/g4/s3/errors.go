@@ -24,6 +24,11 @@ var (
 	// ErrNotSupported: the server does not implement the request (for
 	// example bucket lifecycle rules).
 	ErrNotSupported = errors.New("not supported by this server")
+	// ErrEndpointConfig: New's start check failed in a way no retry can
+	// cure although the HTTP client, not the server, reported it: HTTPS
+	// against a plain-HTTP endpoint, or a certificate not trusted. The
+	// message says which setting to change.
+	ErrEndpointConfig = errors.New("endpoint misconfigured")
 	// errSizeMismatch: a Put reader yielded more or fewer bytes than size.
 	errSizeMismatch = fmt.Errorf("%w: reader length differs from the size given", g4.ErrInvalid)
 )

@@ -128,6 +128,9 @@ type startConfigError struct{ err error }
 func (e *startConfigError) Error() string { return e.err.Error() }
 func (e *startConfigError) Unwrap() error { return e.err }
 
+// Is makes errors.Is(err, ErrEndpointConfig) true.
+func (e *startConfigError) Is(target error) bool { return target == ErrEndpointConfig }
+
 // credentials picks the credential source (config, environment, shared
 // file, anonymous) and remembers it for error messages. The environment
 // and file are read through minio-go's providers, which also refresh them.
