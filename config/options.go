@@ -103,7 +103,7 @@ func table() []Option {
 			"data_dir", func(c *Config) { c.G4 = "file://" + filepath.Join(c.DataDir, "g4") }),
 		opt("g4_ttl", "72h", "how long cold blocks are kept in G4 (Go duration, or days as 3d)",
 			setDuration(func(c *Config) *time.Duration { return &c.G4TTL }), getDuration(func(c *Config) *time.Duration { return &c.G4TTL })),
-		opt("g4_size", "auto", "most payload bytes G4 may hold; above g4_high its oldest blocks are evicted; auto = 80% of the size of the filesystem of a file:// G4 (measured at start), unbounded for s3://; 0 = unbounded",
+		opt("g4_size", "auto", "most payload bytes G4 may hold; above g4_high its oldest blocks are evicted; auto = 80% of the size of the filesystem of a file:// G4 (measured at start), less g3_size when G3 is on that filesystem (at least a tenth of it), unbounded for s3://; 0 = unbounded",
 			setG4Size, getG4Size),
 		opt("g4_high", "0.95", "G4 high watermark, a fraction of g4_size (0.95) or a percentage (95%): eviction of the oldest blocks starts above it",
 			setFraction(func(c *Config) *float64 { return &c.G4High }), getFloat(func(c *Config) *float64 { return &c.G4High })),

@@ -509,8 +509,11 @@ func openObjectStore(ctx context.Context, url string) (g4.ObjectStore, error) {
 }
 
 // g4Capacity resolves g4_size for G4's TierOptions.Capacity: auto is
-// g4.AutoCapacityFraction of the size of a local G4's filesystem (logged)
-// and unbounded (0) for S3; a size or 0 is taken as it is.
+// g4.AutoCapacityFraction of the size of a local G4's filesystem, less
+// g3_size when G3 is on the same filesystem (logged), and unbounded (0)
+// for S3 (never less than a tenth of the filesystem: a G3 clamped to
+// the room left takes nearly all of it); a size or 0 is taken as it is.
+// Errors (exit 2): the filesystem cannot be measured.
 func (d *daemon) g4Capacity() (int64, error) {
 	if d.cfg.G4Size != config.G4SizeAuto {
 		return d.cfg.G4Size, nil
@@ -523,9 +526,32 @@ func (d *daemon) g4Capacity() (int64, error) {
 	if err != nil {
 		return 0, withCode(exitUsage, fmt.Errorf("g4_size auto: %w (set g4_size to a size, or 0 for unbounded)", err))
 	}
+	if d.cfg.G3Size > 0 && sameFilesystem(dir, d.cfg.G3Dir) {
+		// G3 fills its g3_size on the same disk: without this, G4's bound
+		// was never reached while the disk filled, and G3's reclaim then
+		// dropped the newest files G4 had no room for.
+		if n -= d.cfg.G3Size; n < fsSize/10 {
+			n = fsSize / 10
+			d.log.Warn("g4_size auto: G3 takes most of the filesystem G4 shares; G4 bound to a tenth of it (set g4_size, lower g3_size, or put G4 elsewhere)",
+				"g4", dir, "g3_size", config.HumanSize(d.cfg.G3Size), "filesystem", config.HumanSize(fsSize))
+		}
+		d.log.Info("G4 size bound: g4_size auto, 80% of its filesystem less g3_size (G3 is on the same filesystem)", "g4", dir,
+			"g4_size", config.HumanSize(n), "filesystem", config.HumanSize(fsSize), "g3_size", config.HumanSize(d.cfg.G3Size))
+		return n, nil
+	}
 	d.log.Info("G4 size bound: g4_size auto, 80% of its filesystem", "g4", dir,
 		"g4_size", config.HumanSize(n), "filesystem", config.HumanSize(fsSize))
 	return n, nil
+}
+
+// sameFilesystem reports whether directories a and b are on one
+// filesystem (the same st_dev); false when either cannot be stat'ed.
+func sameFilesystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev
 }
 
 // g4OpenTimeout bounds G4's first listing at start; past it the daemon
