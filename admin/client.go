@@ -147,7 +147,11 @@ func (c *Client) Warmup(ctx context.Context, path string) error {
 // requestTimeout bounds one admin request (not the long ones: warmup,
 // fsck, gc use their own client): a daemon that takes the connection and
 // does not answer within it is reported as not answering (ErrNotRunning).
-const requestTimeout = 30 * time.Second
+// It is longer than the daemon's own bound on a request that waits for
+// write-back (write_timeout, 30 s by default): an `evict` of a file whose
+// flush cannot progress (its G4 down) then gets the daemon's answer, not
+// "no daemon answers" (both were 30 s, and which one came was a race).
+const requestTimeout = 45 * time.Second
 
 // dialError names why a request could not reach the daemon: a socket the
 // caller may not open (it is mode 0600, the daemon's user only) wraps
