@@ -115,6 +115,8 @@ func table() []Option {
 			setString(func(c *Config) *string { return &c.G4Lifecycle }), getString(func(c *Config) *string { return &c.G4Lifecycle })),
 		opt("write_timeout", "30s", "longest a write or fsync waits without write-back progress before it fails (ENOSPC if the tiers below G2 are full, else EIO)",
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
+		opt("local_read_timeout", "10s", "longest a read of G3 or G3.5 may take before it fails with EIO (a hung device: five such failures take the tier down, so no reader waits on it)",
+			setDuration(func(c *Config) *time.Duration { return &c.LocalReadTimeout }), getDuration(func(c *Config) *time.Duration { return &c.LocalReadTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",
 			setBool(func(c *Config) *bool { return &c.Passthrough }), getBool(func(c *Config) *bool { return &c.Passthrough })),
 		opt("passthrough_writes", "false", "serve opens for writing by passthrough too (writes never reach the daemon, but land in DRAM unchecked by dirty_bytes and dram until fsync or close)",

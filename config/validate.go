@@ -194,6 +194,9 @@ func (c Config) Validate() error {
 	if c.G4PackSize != 0 && (c.G4PackSize < 1<<20 || c.G4PackSize > 256<<20) {
 		bad("g4_pack_size", "%s: want 1MiB to 256MiB, or 0 for one object per block", FormatSize(c.G4PackSize))
 	}
+	if c.LocalReadTimeout < 100*time.Millisecond {
+		bad("local_read_timeout", "%v must be at least 100ms", c.LocalReadTimeout)
+	}
 	if c.WriteTimeout < time.Second {
 		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
 	}

@@ -3,6 +3,7 @@ package tiering
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -94,6 +95,11 @@ var (
 	// ErrLost: a block of the object is gone from every tier; the object
 	// has been removed.
 	ErrLost = errors.New("object lost: a block is gone from every tier")
+	// ErrBlockedIO (from CloseContext, wrapping tier.ErrUnavailable):
+	// background work was still blocked in a tier's I/O past the deadline
+	// (a hung device), so Close stopped without it, as after a crash;
+	// closing that tier would wait for the same I/O.
+	ErrBlockedIO = fmt.Errorf("background work blocked in tier I/O: %w", tier.ErrUnavailable)
 	// ErrInvalid: bad argument (negative offset, bad block size, ...).
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the store is closed.
@@ -192,8 +198,12 @@ type Stats struct {
 	GCDeleted         int64 `json:"gc_deleted"`
 	GCFailed          int64 `json:"gc_failed"`
 	CRCErrors         int64 `json:"crc_errors"`
-	ObjectsLost       int64 `json:"objects_lost"`
-	Objects           int64 `json:"objects"`
+	// LocalReadsAbandoned counts reads of G3 or G3.5 that did not return
+	// within Config.LocalReadTimeout (a hung device): each failed its
+	// caller with EIO.
+	LocalReadsAbandoned int64 `json:"local_reads_abandoned"`
+	ObjectsLost         int64 `json:"objects_lost"`
+	Objects             int64 `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

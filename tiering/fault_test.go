@@ -403,3 +403,116 @@ func TestReclaimWithHungG4Returns(t *testing.T) {
 		t.Errorf("%d of %d files read back; want at least the %d still in G2", kept, files, files/2)
 	}
 }
+
+// TestHungG3ReadIsBounded: reads of a file only G3 holds, from a G3 whose
+// device stops answering (a read that ignores its context, as pread
+// does), fail with EIO-class tier.ErrUnavailable after LocalReadTimeout
+// instead of waiting for the device; five such failures take G3 down and
+// the next read fails at once without reaching it; the late reads, once
+// the device answers, never write into the caller's buffer; and when it
+// answers again the probe brings G3 back and the file reads its bytes.
+// Before, the reader waited as long as the device did (a new user's
+// frozen G3 held one for 783 s), holding its object's lock.
+func TestHungG3ReadIsBounded(t *testing.T) {
+	ctx := context.Background()
+	const timeout, bs = 200 * time.Millisecond, 64 << 10
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.LocalReadTimeout = timeout })
+	defer fs.close(t)
+	want := data(77, bs)
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Stall: stall})
+	bufs := make([][]byte, 5)
+	for i := range bufs {
+		bufs[i] = make([]byte, bs)
+		done := make(chan error, 1)
+		go func() { _, err := fs.store.ReadAt(ctx, id, bufs[i], 0); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tier.ErrUnavailable) {
+				t.Fatalf("read %d from a hung G3: %v; want tier.ErrUnavailable", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("read %d from a hung G3 did not return (deadline %v)", i, timeout)
+		}
+		for j := range bufs[i] {
+			bufs[i][j] = 0xAB // the caller reuses its buffer
+		}
+	}
+	if n := fs.store.Stats().LocalReadsAbandoned; n != 5 {
+		t.Fatalf("LocalReadsAbandoned = %d; want 5", n)
+	}
+	calls := fs.g3.Calls(faulttier.Get)
+	if _, err := fs.store.ReadAt(ctx, id, make([]byte, bs), 0); !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("read with G3 down: %v; want tier.ErrUnavailable", err)
+	}
+	if got := fs.g3.Calls(faulttier.Get); got != calls {
+		t.Fatalf("a read reached G3 after five failures (%d calls, %d before): it should be down", got, calls)
+	}
+	remove()
+	stall.Release() // the device answers: the five late reads complete
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got := make([]byte, bs)
+		n, err := fs.store.ReadAt(ctx, id, got, 0)
+		return err == nil && n == bs && bytes.Equal(got, want)
+	}, "G3 back up and the file reading its bytes")
+	time.Sleep(100 * time.Millisecond) // let any late read finish writing
+	for i, b := range bufs {
+		for j, c := range b {
+			if c != 0xAB {
+				t.Fatalf("a late read wrote into the buffer of read %d (byte %d = %#x)", i, j, c)
+			}
+		}
+	}
+}
+
+// TestCloseWithHungG3Returns: Close returns, with an error, within its
+// deadline and closeStuckGrace when a write-back is blocked in a G3 put
+// that never answers (a pwrite the kernel does not interrupt); before, it
+// waited for the device, and so did the daemon's SIGTERM. The put that
+// answers later, after Close, does no harm.
+func TestCloseWithHungG3Returns(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, nil)
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Stall: stall})
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, data(5, 64<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stall.Arrived():
+	case <-time.After(10 * time.Second):
+		t.Fatal("write-back never reached G3")
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fs.store.CloseContext(cctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, tiering.ErrBlockedIO) || !errors.Is(err, tier.ErrUnavailable) {
+			t.Fatalf("Close with a write-back blocked in G3: %v; want an error wrapping tiering.ErrBlockedIO", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return while a write-back was blocked in G3")
+	}
+	stall.Release()
+	time.Sleep(200 * time.Millisecond) // the late put lands after Close
+	fs.g3s.Close()
+}

@@ -49,6 +49,7 @@ type counters struct {
 	gcDeleted, gcFailed            atomic.Int64
 	ptOpens                        atomic.Int64
 	ptObjects, ptOpenObjects       atomic.Int64 // objects with a memory file, and those open through it (Stats)
+	readsAbandoned                 atomic.Int64 // local tier reads past LocalReadTimeout (getBounded)
 	dropped                        [nDrop]atomic.Int64
 	crcErrors                      atomic.Int64
 	objectsLost                    atomic.Int64

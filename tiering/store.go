@@ -71,6 +71,14 @@ type Config struct {
 	ColdThreshold float64
 	// FlushWorkers is the number of write-back goroutines (default 4).
 	FlushWorkers int
+	// LocalReadTimeout bounds a read of a local tier (G3, G3.5) as the
+	// caller sees it (default 10 s): a device that does not answer within
+	// it fails the read with tier.ErrUnavailable (EIO), counted in
+	// Stats.LocalReadsAbandoned, and five such failures in a row take the
+	// tier down, so no reader waits on a hung disk (the read itself, which
+	// the kernel does not let the daemon interrupt, finishes on its own
+	// goroutine whenever the device answers).
+	LocalReadTimeout time.Duration
 	// DemoteWorkers bounds how many live blocks of a G3 segment being
 	// reclaimed are copied to G4 at once (default 8). A reclaim runs on
 	// the put that rolled G3 over, and writers wait for it once the new
@@ -157,6 +165,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DemoteWorkers <= 0 {
 		c.DemoteWorkers = 8
+	}
+	if c.LocalReadTimeout <= 0 {
+		c.LocalReadTimeout = 10 * time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
@@ -258,7 +269,10 @@ type Store struct {
 	// succeeds): why writers that time out waiting fail (stallError).
 	wbErr  atomic.Pointer[error]
 	health [nTiers]*health.Machine // per tier below G2 (tierhealth.go)
-	wbDone atomic.Int64            // blocks written back (writers' progress)
+	// probing is set while a probe of the tier has not returned
+	// (probeBounded).
+	probing [nTiers]atomic.Bool
+	wbDone  atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64
@@ -383,7 +397,17 @@ func (s *Store) CloseContext(ctx context.Context) error {
 		err = fmt.Errorf("close: %d dirty bytes not written back: %w", s.g2dirty.Load(), werr)
 	}
 	s.cancel()
-	s.wg.Wait()
+	if !s.waitBackground(ctx) {
+		// A write-back or reclaim blocked in a pwrite to a device that
+		// does not answer (the kernel does not interrupt it). Going on
+		// would race it for the state it still owns, so Close stops here,
+		// as a kill -9 would: the metadata database is left to its own
+		// crash safety, the next Open recovers as after an unclean stop
+		// (objects recorded dirty are dropped, never wrong bytes), and a
+		// SIGTERM is bounded.
+		s.log.Error("close: background work still blocked in tier I/O (a hung device?); stopping without it, as after a crash", "waited", closeStuckGrace)
+		return errors.Join(err, fmt.Errorf("close: %w for %v past the deadline", ErrBlockedIO, closeStuckGrace))
+	}
 	s.closeEvents()
 	s.gcMu.Lock()
 	s.gcQueue = append(s.gcQueue, s.gcLater...)
@@ -414,6 +438,33 @@ func (s *Store) CloseContext(ctx context.Context) error {
 		err = cerr
 	}
 	return err
+}
+
+// closeStuckGrace is how long Close waits for its background goroutines
+// once its deadline has passed.
+const closeStuckGrace = 5 * time.Second
+
+// waitBackground waits for the store's goroutines (s.wg) to end, at most
+// until closeStuckGrace after ctx ends, and reports whether they did.
+func (s *Store) waitBackground(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { // ends with the last of them; left behind if one never does
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(closeStuckGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // OnLost registers fn, called (outside any store lock) with the id of each
@@ -970,6 +1021,7 @@ func (s *Store) Stats() Stats {
 		GCPending:        s.gcPending.Load(), GCDeleted: s.c.gcDeleted.Load(), GCFailed: s.c.gcFailed.Load(),
 		Dropped:   make(map[string]int64, nDrop),
 		CRCErrors: s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
+		LocalReadsAbandoned: s.c.readsAbandoned.Load(),
 	}
 	for i := range dropNames {
 		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/health"
@@ -67,9 +68,70 @@ func (s *Store) getFrom(ctx context.Context, ti int, k tier.Key, p []byte, off i
 	if err := h.Admit(health.Get); err != nil {
 		return 0, err
 	}
-	n, err := t.Get(ctx, k, p, off)
+	var n int
+	var err error
+	if ti == tiG3 || ti == tiG35 {
+		n, err = s.getBounded(ctx, ti, t, k, p, off)
+	} else {
+		n, err = t.Get(ctx, k, p, off) // an object store's requests have their own deadlines
+	}
 	h.Observe(health.Get, err)
 	return n, err
+}
+
+// getBounded is a read of a local tier (G3, G3.5) that returns within
+// Config.LocalReadTimeout even when the device never answers: pread
+// cannot be interrupted, and a reader of a block only a hung disk holds
+// waited for as long as the disk did, holding its object's lock (a
+// status walk and SIGTERM then waited too). The read runs on its own
+// goroutine into a scratch buffer, copied into p once it returns in time;
+// past the deadline the caller gets tier.ErrUnavailable (a failed call:
+// five in a row take the tier down, and then no read waits on it) and the
+// goroutine, which owns the scratch buffer from then on, gives it back
+// whenever the device answers, so a late read never writes into p.
+func (s *Store) getBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key, p []byte, off int64) (int, error) {
+	buf, err := s.pool.get(max(len(p), 1))
+	if err != nil {
+		return 0, err
+	}
+	buf = buf[:len(p)]
+	type result struct {
+		n   int
+		err error
+	}
+	const (
+		waiting = iota
+		taken
+		abandoned
+	)
+	var state atomic.Int32
+	done := make(chan result, 1)
+	go func() { // owned by this call until it returns, then by itself (abandoned)
+		n, err := t.Get(ctx, k, buf, off)
+		if !state.CompareAndSwap(waiting, taken) {
+			s.pool.put(buf[:cap(buf)])
+			s.log.Warn("a local tier read answered after its deadline", "tier", tierNames[ti], "key", k.String(), "err", err)
+			return
+		}
+		done <- result{n, err}
+	}()
+	timer := time.NewTimer(s.cfg.LocalReadTimeout)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		if state.CompareAndSwap(waiting, abandoned) {
+			s.c.readsAbandoned.Add(1)
+			return 0, fmt.Errorf("%s read %v: no answer within %v (a hung device?): %w", tierNames[ti], k, s.cfg.LocalReadTimeout, tier.ErrUnavailable)
+		}
+		r = <-done // it answered just in time
+	}
+	if r.n > 0 {
+		copy(p, buf[:r.n])
+	}
+	s.pool.put(buf[:cap(buf)])
+	return r.n, r.err
 }
 
 // probeLoop probes every down tier that can be probed (tier.Prober: G3
@@ -93,14 +155,41 @@ func (s *Store) probeLoop() {
 			if !ok || h.State() != health.Down || h.Admit(health.Get) != nil {
 				continue // a nil tier is not a Prober
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-			err := p.Probe(ctx)
-			cancel()
+			if s.probing[ti].Load() {
+				continue // the last probe has not returned (a hung device)
+			}
+			err := s.probeBounded(ti, p)
 			if s.ctx.Err() != nil {
 				return
 			}
 			h.Observe(health.Get, err)
 		}
+	}
+}
+
+// probeBounded runs p.Probe on its own goroutine and returns within
+// probeTimeout and a second, even when the device never answers (a
+// probe of a hung disk reads it too, with pread): the goroutine then
+// finishes on its own, and until it has, tier ti is not probed again
+// (s.probing), so probes of a hung device do not pile up, and the probe
+// loop, which Close waits for, never waits on it.
+func (s *Store) probeBounded(ti int, p tier.Prober) error {
+	s.probing[ti].Store(true)
+	done := make(chan error, 1)
+	go func() { // owned by this call, or by itself once abandoned
+		ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+		defer cancel()
+		err := p.Probe(ctx)
+		s.probing[ti].Store(false)
+		done <- err
+	}()
+	timer := time.NewTimer(probeTimeout + time.Second)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("%s probe: no answer within %v (a hung device?): %w", tierNames[ti], probeTimeout, tier.ErrUnavailable)
 	}
 }
 

@@ -310,7 +310,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, LocalReadTimeout: cfg.LocalReadTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
 		MemFiles: cfg.Passthrough && cfg.PassthroughMaxBytes > 0 && os.Geteuid() == 0, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold, Policy: cfg.G2Policy,
 		RankObjects: cfg.ControlPlane(), // the sidecar reports hot and cold objects
@@ -611,12 +611,17 @@ func (d *daemon) close() error {
 	if d.ctl != nil {
 		d.ctl.close()
 	}
+	stuck := false
 	if d.store != nil {
 		if err := d.store.Close(); err != nil {
 			errs = append(errs, err)
+			// Work blocked in a local tier's I/O (a hung device): the
+			// core stopped as after a crash, and closing that tier would
+			// wait for the same I/O.
+			stuck = errors.Is(err, tiering.ErrBlockedIO)
 		}
 	}
-	if d.g3 != nil {
+	if d.g3 != nil && !stuck {
 		if err := d.g3.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -626,7 +631,7 @@ func (d *daemon) close() error {
 			errs = append(errs, err)
 		}
 	}
-	if d.pool != nil {
+	if d.pool != nil && !stuck {
 		if d.pool.tier != nil {
 			if err := d.pool.tier.Close(); err != nil {
 				errs = append(errs, err)

@@ -130,6 +130,15 @@ func (d *Daemon) Running() bool {
 	}
 }
 
+// Signal sends sig to the daemon process (SIGSTOP freezes it: its mount
+// then never answers, like a hung device). Errors: not running.
+func (d *Daemon) Signal(sig os.Signal) error {
+	if !d.Running() {
+		return errors.New("harness: daemon not running")
+	}
+	return d.cmd.Process.Signal(sig)
+}
+
 func (d *Daemon) start() {
 	d.t.Helper()
 	if d.Running() {

@@ -59,6 +59,10 @@ type Fault struct {
 	// fail only then: a put that stored the block but whose answer was
 	// lost (an object store's deadline passing after the write).
 	Late bool
+	// Stall, when set, holds the call until the gate is released and
+	// ignores the call's ctx: a device that does not answer (a pread the
+	// kernel does not interrupt). The call then proceeds.
+	Stall *Gate
 	// Hold, when set, holds a put after the wrapped tier stored the
 	// block, until the gate is released (or the call's ctx ends): a put
 	// whose copy is already listed by the tier but has not returned.
@@ -200,6 +204,9 @@ func apply(ctx context.Context, op Op, k tier.Key, fs []Fault) error {
 			if err := f.Gate.wait(ctx); err != nil {
 				return err
 			}
+		}
+		if f.Stall != nil {
+			_ = f.Stall.wait(context.Background())
 		}
 	}
 	for _, f := range fs {
