@@ -419,17 +419,7 @@ func TestHungG3ReadIsBounded(t *testing.T) {
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.LocalReadTimeout = timeout })
 	defer fs.close(t)
 	want := data(77, bs)
-	id, err := fs.store.Create("ns", bs, "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	flushWithin(t, fs.store, id, 10*time.Second)
-	if _, err := fs.store.Demote(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	id := writeOut(t, fs, want) // 64 KiB blocks: one block, only in G3
 	stall := faulttier.NewGate()
 	defer stall.Release()
 	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Stall: stall})
