@@ -157,21 +157,10 @@ func (s *Server) recorded(ns Namespace, nsp *namespace, ts int64) (*node, int, e
 		}
 		cn := built[k.Ino]
 		if cn == nil {
-			rr := k.Record
-			if _, taken := t.byObj[tiering.ObjectID(rr.Obj)]; rr.Kind == kindFile && taken {
+			if _, taken := t.byObj[tiering.ObjectID(k.Record.Obj)]; k.Record.Kind == kindFile && taken {
 				continue // a served file has its object
 			}
-			cn = &node{ino: k.Ino, kind: rr.Kind, ns: nsp, obj: tiering.ObjectID(rr.Obj), target: rr.Target,
-				mode: rr.Mode & 0o7777, uid: rr.UID, gid: rr.GID, atime: rr.Atime, mtime: rr.Mtime, ctime: rr.Ctime,
-				xattrs: k.Xattrs}
-			switch rr.Kind {
-			case kindDir:
-				cn.dir = newDirData()
-			case kindFile:
-				cn.size = live[cn.obj]
-				cn.reserved = cn.size
-				t.byObj[cn.obj] = cn
-			}
+			cn = t.nodeFromLinkLocked(k, nsp, live)
 			built[k.Ino] = cn
 		}
 		if cn.kind == kindFile {

@@ -48,18 +48,7 @@ func (f *fsys) reconcile(ctx context.Context, db *catalog.DB) error {
 		dn := built[k.Parent]
 		cn := built[k.Ino]
 		if cn == nil {
-			r := k.Record
-			cn = &node{ino: k.Ino, kind: r.Kind, ns: f.nss[k.NS], obj: tiering.ObjectID(r.Obj), target: r.Target,
-				mode: r.Mode & 0o7777, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime, ctime: r.Ctime,
-				xattrs: k.Xattrs}
-			switch r.Kind {
-			case kindDir:
-				cn.dir = newDirData()
-			case kindFile:
-				cn.size = live[cn.obj]
-				cn.reserved = cn.size
-				t.byObj[cn.obj] = cn
-			}
+			cn = t.nodeFromLinkLocked(k, f.nss[k.NS], live)
 			built[k.Ino] = cn
 		}
 		dn.dir.Add(k.Name, cn)
@@ -86,4 +75,25 @@ func (f *fsys) reconcile(ctx context.Context, db *catalog.DB) error {
 	f.log.Info("fusefs: tree reconciled", "nodes", len(built), "entries_removed", plan.Removed,
 		"records_dropped", plan.Dropped, "orphan_objects_deleted", orphans)
 	return nil
+}
+
+// nodeFromLinkLocked builds the served node of a recorded link's inode
+// (k.Record) in namespace ns: a directory gets its entries' index, a file
+// its size from live (its object's, as the store has it) and its place in
+// byObj. Used by reconcile at mount and by a namespace added back live.
+// t.mu held for writing (or the tree not served yet).
+func (t *tree) nodeFromLinkLocked(k catalog.Link, ns *namespace, live map[tiering.ObjectID]int64) *node {
+	r := k.Record
+	n := &node{ino: k.Ino, kind: r.Kind, ns: ns, obj: tiering.ObjectID(r.Obj), target: r.Target,
+		mode: r.Mode & 0o7777, uid: r.UID, gid: r.GID, atime: r.Atime, mtime: r.Mtime, ctime: r.Ctime,
+		xattrs: k.Xattrs}
+	switch r.Kind {
+	case kindDir:
+		n.dir = newDirData()
+	case kindFile:
+		n.size = live[n.obj]
+		n.reserved = n.size
+		t.byObj[n.obj] = n
+	}
+	return n
 }
