@@ -295,23 +295,7 @@ func TestReclaimDemotesInParallel(t *testing.T) {
 	const workers, files, bs = 4, 16, 64 << 10
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.DemoteWorkers = workers })
 	defer fs.close(t)
-	var ids []tiering.ObjectID
-	var keys []tier.Key
-	for i := range files {
-		id, err := fs.store.Create("ns", bs, "file")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
-			t.Fatal(err)
-		}
-		flushWithin(t, fs.store, id, 10*time.Second)
-		k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
-		if _, err := fs.g3s.Stat(ctx, k); err != nil {
-			t.Fatalf("file %d not written back to G3: %v", i, err)
-		}
-		ids, keys = append(ids, id), append(keys, k)
-	}
+	ids, keys := writtenBackToG3(t, fs, files, bs)
 	gate := faulttier.NewGate()
 	remove := fs.g4.Inject(faulttier.Fault{Op: faulttier.Put, Gate: gate})
 	done := make(chan struct{})
@@ -354,23 +338,11 @@ func TestReclaimWithHungG4Returns(t *testing.T) {
 	const files, bs = 32, 64 << 10
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil) // DemoteWorkers: the default
 	defer fs.close(t)
-	var ids []tiering.ObjectID
-	var keys []tier.Key
-	for i := range files {
-		id, err := fs.store.Create("ns", bs, "file")
-		if err != nil {
+	ids, keys := writtenBackToG3(t, fs, files, bs)
+	for i := 0; i < files; i += 2 { // half of them only in G3
+		if _, err := fs.store.Demote(ctx, ids[i]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
-			t.Fatal(err)
-		}
-		flushWithin(t, fs.store, id, 10*time.Second)
-		if i%2 == 0 { // half of them only in G3
-			if _, err := fs.store.Demote(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ids, keys = append(ids, id), append(keys, tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1})
 	}
 	gate := faulttier.NewGate() // never released: every G4 put hangs until its deadline
 	defer gate.Release()
@@ -505,4 +477,30 @@ func TestCloseWithHungG3Returns(t *testing.T) {
 	stall.Release()
 	time.Sleep(200 * time.Millisecond) // the late put lands after Close
 	fs.g3s.Close()
+}
+
+// writtenBackToG3 creates n files of one block of bs bytes (file i holds
+// data(i, bs)), each written back to G3, and returns their ids and block
+// keys.
+func writtenBackToG3(t *testing.T, fs *faultStack, n, bs int) ([]tiering.ObjectID, []tier.Key) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []tiering.ObjectID
+	var keys []tier.Key
+	for i := range n {
+		id, err := fs.store.Create("ns", bs, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, id, data(uint64(i), bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		flushWithin(t, fs.store, id, 10*time.Second)
+		k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
+		if _, err := fs.g3s.Stat(ctx, k); err != nil {
+			t.Fatalf("file %d not written back to G3: %v", i, err)
+		}
+		ids, keys = append(ids, id), append(keys, k)
+	}
+	return ids, keys
 }
