@@ -127,8 +127,8 @@ func (s *Store) getBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		}
 		r = <-done // it answered just in time
 	}
-	if r.n > 0 {
-		copy(p, buf[:r.n])
+	if r.err == nil {
+		copy(p, buf[:r.n]) // a failed read's partial bytes stay out of p
 	}
 	s.pool.put(buf[:cap(buf)])
 	return r.n, r.err
