@@ -199,9 +199,18 @@ func (s *Store) DemoteFromG3(keys []tier.Key) {
 	// busy span orders its G4 put against other puts of the same key, so
 	// keys are independent. The reclaim waits for all of them.
 	workers := min(s.cfg.DemoteWorkers, len(keys))
+	// Buffers of the largest block size among the keys' objects (fixed at
+	// create), not of tier.MaxBlockSize: eight of 4 MiB were 32 MiB mapped
+	// and zeroed per reclaim for blocks of 16-256 KiB.
+	size := 1
+	for _, k := range keys {
+		if o := s.get(ObjectID(k.Object)); o != nil {
+			size = max(size, o.bs)
+		}
+	}
 	bufs := make([][]byte, 0, workers)
 	for range workers {
-		buf, err := s.pool.get(tier.MaxBlockSize)
+		buf, err := s.pool.get(size)
 		if err != nil {
 			s.log.Error("demote: no buffer", "err", err)
 			break
