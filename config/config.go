@@ -81,6 +81,9 @@ type Config struct {
 	// LocalReadTimeout bounds a read of G3 or G3.5 (a hung device) as the
 	// reader sees it (tiering.Config.LocalReadTimeout).
 	LocalReadTimeout time.Duration
+	// LocalWriteTimeout bounds a write, delete or sync of G3 or G3.5 (a
+	// hung device) as the core sees it (tiering.Config.LocalWriteTimeout).
+	LocalWriteTimeout time.Duration
 	// WriteBackDelay is how long a dirty block's write-back waits after
 	// its latest write (coalescing; 0 = at once; at most 1s). fsync, NBD
 	// FLUSH/FUA and the close of a file's last writer never wait for it

@@ -117,6 +117,8 @@ func table() []Option {
 			setDuration(func(c *Config) *time.Duration { return &c.WriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.WriteTimeout })),
 		opt("local_read_timeout", "10s", "longest a read of G3 or G3.5 may take before it fails with EIO (a hung device: five such failures take the tier down, so no reader waits on it)",
 			setDuration(func(c *Config) *time.Duration { return &c.LocalReadTimeout }), getDuration(func(c *Config) *time.Duration { return &c.LocalReadTimeout })),
+		opt("local_write_timeout", "10s", "longest a write, delete or sync of G3 or G3.5 may take before it fails (a hung device: five such failures take the tier down; write-back then goes to G4, and writers that wait on write-back fail with EIO within a second if no tier below G2 is up)",
+			setDuration(func(c *Config) *time.Duration { return &c.LocalWriteTimeout }), getDuration(func(c *Config) *time.Duration { return &c.LocalWriteTimeout })),
 		opt("passthrough", "true", "serve files by FUSE passthrough from memory files while they are in G2 (needs root and Linux 6.9+; false: every read and write goes through the daemon)",
 			setBool(func(c *Config) *bool { return &c.Passthrough }), getBool(func(c *Config) *bool { return &c.Passthrough })),
 		opt("passthrough_writes", "false", "serve opens for writing by passthrough too (writes never reach the daemon, but land in DRAM unchecked by dirty_bytes and dram until fsync or close)",

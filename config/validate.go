@@ -197,6 +197,9 @@ func (c Config) Validate() error {
 	if c.LocalReadTimeout < 100*time.Millisecond {
 		bad("local_read_timeout", "%v must be at least 100ms", c.LocalReadTimeout)
 	}
+	if c.LocalWriteTimeout < 100*time.Millisecond {
+		bad("local_write_timeout", "%v must be at least 100ms", c.LocalWriteTimeout)
+	}
 	if c.WriteTimeout < time.Second {
 		bad("write_timeout", "%v must be at least 1s", c.WriteTimeout)
 	}

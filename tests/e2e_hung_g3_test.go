@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,22 +27,9 @@ import (
 // says so, the daemon stops on SIGTERM, and once the device answers again
 // the files read their bytes.
 func TestE2EHungG3(t *testing.T) {
+	dev, d := startOnFreezableG3(t, harness.Options{DRAM: "16MiB", G3Size: "48MiB", G4: "none",
+		Extra: []string{"--g3-segment-size", "4MiB", "--local-read-timeout", "500ms"}})
 	bin := needE2E(t)
-	// Passthrough off: every read of its files is a request to it (with
-	// passthrough the kernel reads its memory files without asking it).
-	dev := harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "0", G4: "none", Extra: []string{"--passthrough=false"}})
-	g3dir := filepath.Join(dev.Namespace(), "g3")
-	if err := os.Mkdir(g3dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := harness.Start(t, bin, harness.Options{DRAM: "16MiB", G3Size: "48MiB", G4: "none",
-		Extra: []string{"--g3-dir", g3dir, "--g3-segment-size", "4MiB", "--local-read-timeout", "500ms"}})
-	resumed := false
-	t.Cleanup(func() { // before the daemons' own cleanups: never leave the device frozen
-		if !resumed {
-			_ = dev.Signal(syscall.SIGCONT)
-		}
-	})
 	ns := d.Namespace()
 	const files, size = 4, 4 << 20
 	for i := range files {
@@ -61,9 +49,7 @@ func TestE2EHungG3(t *testing.T) {
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
 		t.Fatalf("drop caches (root): %v", err)
 	}
-	if err := dev.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	dev.freeze(t)
 	// Reads of G3-only files: EIO, each within its deadline (five of them
 	// take G3 down; later ones fail at once).
 	for i := range 6 {
@@ -92,10 +78,7 @@ func TestE2EHungG3(t *testing.T) {
 	if !g3.Degraded {
 		t.Errorf("G3 %+v after reads that did not return; want it down", g3)
 	}
-	if err := dev.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	dev.resume(t)
 	for i := range files {
 		p := filepath.Join(ns, fmt.Sprintf("k%d", i))
 		testenv.Eventually(t, 30*time.Second, func() bool {
@@ -103,4 +86,165 @@ func TestE2EHungG3(t *testing.T) {
 			return err == nil && bytes.Equal(got, boundedPattern(500+i, size))
 		}, "k%d reading its bytes once the device answers", i)
 	}
+}
+
+// TestE2EHungG3Writes: G3 on a device that stops answering (a second
+// daemon's mount frozen with SIGSTOP) while files are written and fsynced.
+// Before, every write-back put into it waited for the device, G3 never
+// went down, and each write or fsync waited write_timeout (30 s) and
+// failed with EIO, one after another (12 files took 6 minutes, all EIO).
+// Now each put fails after local_write_timeout, five take G3 down, and
+// write-back goes to G4: every write and fsync returns in seconds, status
+// says G3 is down with local_writes_abandoned counted, and every file
+// reads its own bytes, before and after the device answers again. The
+// blocks whose puts are still in flight in the device stay dirty in G2
+// (lateCalls in the core), parked without holding a write-back worker:
+// the fsync of their file (the first) fails with EIO within a second, and
+// succeeds once the device answers.
+func TestE2EHungG3Writes(t *testing.T) {
+	dev, d := startOnFreezableG3(t, harness.Options{DRAM: "16MiB", G3Size: "48MiB",
+		Extra: []string{"--g3-segment-size", "4MiB", "--local-write-timeout", "500ms"}})
+	ns := d.Namespace()
+	dev.freeze(t)
+	const files, size = 12, 4 << 20
+	start := time.Now()
+	var fenced []int
+	var slowest time.Duration
+	for i := range files {
+		p := filepath.Join(ns, fmt.Sprintf("w%d", i))
+		done := make(chan error, 1)
+		go func() {
+			f, err := os.Create(p)
+			if err != nil {
+				done <- err
+				return
+			}
+			_, err = f.Write(boundedPattern(700+i, size))
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			done <- err
+		}()
+		t0 := time.Now()
+		select {
+		case err := <-done:
+			switch {
+			case err == nil:
+			case errors.Is(err, syscall.EIO) && i < 2:
+				// Its blocks' puts are still in flight in the device:
+				// fenced, kept dirty in G2, and its fsync fails at once.
+				fenced = append(fenced, i)
+			default:
+				t.Fatalf("write and fsync of w%d with G3 hung and G4 up: %v", i, err)
+			}
+			slowest = max(slowest, time.Since(t0))
+		case <-time.After(60 * time.Second):
+			t.Fatalf("write and fsync of w%d with G3 hung did not return within 60 s", i)
+		}
+	}
+	t.Logf("%d files of %d MiB written and fsynced with G3 hung in %v (slowest %v); fsync failed (EIO) for %v",
+		files, size>>20, time.Since(start).Round(time.Millisecond), slowest.Round(time.Millisecond), fenced)
+	if slowest > 10*time.Second {
+		t.Errorf("a write and fsync took %v with G3 hung; want well under write_timeout (30 s)", slowest)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	st, err := d.Status(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("status with G3 hung: %v", err)
+	}
+	var abandoned int64
+	if err := json.Unmarshal(st.Stats["local_writes_abandoned"], &abandoned); err != nil || abandoned < 5 {
+		t.Errorf("local_writes_abandoned = %d (%v); want at least 5", abandoned, err)
+	}
+	if g3, _ := st.Tier("G3"); !g3.Degraded {
+		t.Errorf("G3 %+v after puts that did not return; want it down", g3)
+	}
+	check := func(when string) {
+		for i := range files {
+			p := filepath.Join(ns, fmt.Sprintf("w%d", i))
+			got, err := os.ReadFile(p)
+			if err != nil || !bytes.Equal(got, boundedPattern(700+i, size)) {
+				t.Fatalf("%s: w%d: %d bytes, %v; want its own %d bytes", when, i, len(got), err, size)
+			}
+		}
+	}
+	check("with G3 hung")
+	dev.resume(t)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := d.Status(ctx)
+		g3, _ := st.Tier("G3")
+		return err == nil && !g3.Degraded
+	}, "G3 up again once the device answers")
+	for _, i := range fenced { // their late puts returned: fsync works again
+		p := filepath.Join(ns, fmt.Sprintf("w%d", i))
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return false
+			}
+			defer f.Close()
+			return f.Sync() == nil
+		}, "fsync of w%d once the device answers", i)
+	}
+	// Rewritten files go through G3 again, past the late puts' copies.
+	for i := range files / 2 {
+		p := filepath.Join(ns, fmt.Sprintf("w%d", i))
+		if err := os.WriteFile(p, boundedPattern(700+i, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after the device answered")
+}
+
+// freezableDevice is a daemon whose mount stands in for a device that can
+// hang: freeze stops the daemon (SIGSTOP), so every call into its mount
+// waits, as a hung NVMe's pread and pwrite do; resume lets it go on.
+type freezableDevice struct {
+	*harness.Daemon
+	frozen bool
+}
+
+func (v *freezableDevice) freeze(t *testing.T) {
+	t.Helper()
+	if err := v.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	v.frozen = true
+}
+
+func (v *freezableDevice) resume(t *testing.T) {
+	t.Helper()
+	if err := v.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	v.frozen = false
+}
+
+// startOnFreezableG3 starts a daemon with opts whose G3 directory is on a
+// freezableDevice (a second daemon's mount, with passthrough off, so that
+// every read of its files is a request to it: with passthrough the kernel
+// reads its memory files without asking it). The device is never left
+// frozen: its cleanup, which runs before the daemons', resumes it.
+func startOnFreezableG3(t *testing.T, opts harness.Options) (*freezableDevice, *harness.Daemon) {
+	t.Helper()
+	bin := needE2E(t)
+	dev := &freezableDevice{Daemon: harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "0", G4: "none", Extra: []string{"--passthrough=false"}})}
+	g3dir := filepath.Join(dev.Namespace(), "g3")
+	if err := os.Mkdir(g3dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts.Extra = append([]string{"--g3-dir", g3dir}, opts.Extra...)
+	d := harness.Start(t, bin, opts)
+	t.Cleanup(func() {
+		if dev.frozen {
+			_ = dev.Signal(syscall.SIGCONT)
+		}
+	})
+	return dev, d
 }

@@ -202,8 +202,12 @@ type Stats struct {
 	// within Config.LocalReadTimeout (a hung device): each failed its
 	// caller with EIO.
 	LocalReadsAbandoned int64 `json:"local_reads_abandoned"`
-	ObjectsLost         int64 `json:"objects_lost"`
-	Objects             int64 `json:"objects"`
+	// LocalWritesAbandoned counts puts, deletes and syncs of G3 or G3.5
+	// that did not return within Config.LocalWriteTimeout (a hung
+	// device): each failed with tier.ErrUnavailable.
+	LocalWritesAbandoned int64 `json:"local_writes_abandoned"`
+	ObjectsLost          int64 `json:"objects_lost"`
+	Objects              int64 `json:"objects"`
 	// Degraded says why the store cannot keep its promises (its data
 	// directory was deleted under it); empty when healthy.
 	Degraded string `json:"degraded,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -503,4 +504,127 @@ func writtenBackToG3(t *testing.T, fs *faultStack, n, bs int) ([]tiering.ObjectI
 		ids, keys = append(ids, id), append(keys, k)
 	}
 	return ids, keys
+}
+
+// TestHungG3WriteIsBounded: write-back into a G3 whose device stops
+// answering (a put that ignores its context, as pwrite does) fails each
+// put after LocalWriteTimeout, counted in LocalWritesAbandoned; five take
+// G3 down and write-back of other blocks goes to G4, so their fsync
+// returns. The blocks whose put is still in flight are fenced: they stay
+// dirty in G2 (fsync of their file fails at once), a rewrite of them is
+// not put anywhere until the late put returns, and then it is written
+// back over it. After a restart every file reads its latest bytes: the
+// late put's copy (an older version of the block, in G3, which wins over
+// G4 at recovery) never shadows a newer one in G4: it is recorded stale
+// and deleted (lateLanded). Before, a write-back put
+// waited as long as the device did, G3 never went down, and every write
+// waited WriteTimeout (30 s) and failed with EIO.
+func TestHungG3WriteIsBounded(t *testing.T) {
+	ctx := context.Background()
+	const timeout, size = 200 * time.Millisecond, 1 << 20
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.LocalWriteTimeout = timeout })
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Stall: stall})
+	removeProbe := fs.g3.Inject(faulttier.Fault{Op: faulttier.Probe, Stall: stall}) // a hung device answers nothing
+	create := func(seed uint64) (tiering.ObjectID, []byte) {
+		want := data(seed, size)
+		id, err := fs.store.Create("ns", 64<<10, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+			t.Fatal(err)
+		}
+		return id, want
+	}
+	first, firstV1 := create(31)
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	err := fs.store.Flush(fctx, first)
+	cancel()
+	if !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("flush of a file whose blocks' puts hang: %v; want tier.ErrUnavailable", err)
+	}
+	if n := fs.store.Stats().LocalWritesAbandoned; n < 5 {
+		t.Fatalf("LocalWritesAbandoned = %d after flushing past a hung G3; want at least 5", n)
+	}
+	if h := fs.store.Health()[0]; h.State != health.Down {
+		t.Fatalf("G3 %+v after five puts that did not return; want it down", h)
+	}
+	second, secondBytes := create(32) // G3 down: straight to G4
+	flushWithin(t, fs.store, second, 20*time.Second)
+	// A rewrite of the fenced file: not written back while the late puts
+	// are out (else G4's newer copy would lose to them after a restart).
+	firstV2 := data(33, size)
+	if _, err := fs.store.WriteAt(ctx, first, firstV2, 0); err != nil {
+		t.Fatal(err)
+	}
+	// From now on G3 refuses puts (a full or failing disk), so the
+	// rewrite goes to G4 only: the late puts' older copies in G3 must not
+	// win over it at the restart below.
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Err: errDisk})
+	remove()
+	removeProbe()
+	stall.Release() // the device answers: the late puts (of firstV1) land in G3
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return fs.store.Flush(fctx, first) == nil
+	}, "the fenced file flushing once the late puts returned")
+	for _, c := range []struct {
+		id   tiering.ObjectID
+		want []byte
+	}{{first, firstV2}, {second, secondBytes}} {
+		if got := readAll(t, fs.store, c.id, size); !bytes.Equal(got, c.want) {
+			t.Fatalf("object %d reads other bytes before the restart", c.id)
+		}
+	}
+	fs.close(t)
+	fs.open(t, true)
+	defer fs.close(t)
+	for _, c := range []struct {
+		id   tiering.ObjectID
+		want []byte
+	}{{first, firstV2}, {second, secondBytes}} {
+		got := make([]byte, size)
+		n, err := fs.store.ReadAt(ctx, c.id, got, 0)
+		if err == nil && (n != size || !bytes.Equal(got, c.want)) {
+			t.Fatalf("object %d reads other bytes after a restart (first v1 %v)", c.id, bytes.Equal(got, firstV1))
+		}
+		if err != nil && !errors.Is(err, tiering.ErrNotExist) {
+			t.Fatalf("object %d after a restart: %v", c.id, err)
+		}
+	}
+}
+
+// TestHungG3WithoutG4FailsWritersFast: with G3 hung and no G4, once G3
+// is down no write-back can progress, and an fsync fails with
+// tier.ErrUnavailable within a second or so (downError) instead of
+// waiting WriteTimeout.
+func TestHungG3WithoutG4FailsWritersFast(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) {
+		c.LocalWriteTimeout = 200 * time.Millisecond
+		c.WriteTimeout = time.Minute
+	})
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Stall: stall})
+	id, err := fs.store.Create("ns", 64<<10, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.store.WriteAt(ctx, id, data(33, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = fs.store.Flush(fctx, id)
+	if !errors.Is(err, tier.ErrUnavailable) || time.Since(start) > 10*time.Second {
+		t.Fatalf("flush with G3 hung and no G4: %v after %v; want tier.ErrUnavailable within 10 s (WriteTimeout is 1 min)", err, time.Since(start))
+	}
+	t.Logf("flush failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	stall.Release()
+	fs.close(t)
 }

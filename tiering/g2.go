@@ -89,8 +89,9 @@ func (s *Store) allocBlock(o *object, idx uint32, n int) (*g2block, error) {
 // ErrUnavailable); in a G2-only store it fails with ErrNoSpace once the
 // evictor has had a second and found nothing to free.
 func (s *Store) waitRoom(ctx context.Context, need int64) error {
-	ok := func() bool {
-		return s.g2dirty.Load()+need <= s.limits().Dirty || s.g2dirty.Load() == 0
+	ok := func() bool { // blocks held back by a hung device's late puts do not count (lateCalls)
+		owed := s.g2dirty.Load() - s.late.bytes.Load()
+		return owed+need <= s.limits().Dirty || owed <= 0
 	}
 	room := func() bool {
 		u := s.g2used.Load()
@@ -139,6 +140,8 @@ func (s *Store) waitRoom(ctx context.Context, need int64) error {
 				lastDone, lastProgress = d, time.Now()
 			} else if time.Since(lastProgress) >= s.cfg.WriteTimeout {
 				return s.stallError("write")
+			} else if s.writeBackRefused() {
+				return s.downError("write")
 			}
 			if time.Since(start) >= s.waitBound() {
 				return s.starveError("write")

@@ -198,7 +198,7 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 		return it, false
 	}
 	dctx, cancel := context.WithTimeout(ctx, gcDeleteTimeout)
-	err := it.t.Delete(dctx, it.k)
+	err := s.deleteFrom(dctx, it.t, it.k)
 	cancel()
 	if o != nil {
 		s.endGCDelete(o, it, err)

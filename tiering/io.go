@@ -566,6 +566,8 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 	}
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
+	tick := time.NewTicker(time.Second) // to notice every tier below G2 going down
+	defer tick.Stop()
 	start, lastDone := time.Now(), s.wbDone.Load()
 	adopted := false
 	for {
@@ -603,6 +605,13 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 				return s.starveError(fmt.Sprintf("flush object %d", id))
 			}
 			stall.Reset(s.cfg.WriteTimeout)
+		case <-tick.C:
+			if s.writeBackRefused() {
+				return s.downError(fmt.Sprintf("flush object %d", id))
+			}
+			if err := s.fencedError(id); err != nil {
+				return err
+			}
 		case <-stall.C:
 			if d := s.wbDone.Load(); d != lastDone && time.Since(start) < s.waitBound() { // others' blocks drain first
 				lastDone = d
@@ -625,10 +634,17 @@ type syncer interface {
 }
 
 func (s *Store) syncTiers(ctx context.Context) error {
-	if sy, ok := s.g3.(syncer); ok {
-		if err := sy.Sync(ctx); err != nil {
-			return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
-		}
+	sy, ok := s.g3.(syncer)
+	if !ok {
+		return nil
+	}
+	var err error
+	if !bounded(s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) }, func() {}, func() {}) {
+		s.c.writesAbandoned.Add(1)
+		err = fmt.Errorf("no answer within %v (a hung device?): %w", s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 	}
 	return nil
 }
@@ -739,6 +755,8 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 	}
 	stall := time.NewTimer(s.cfg.WriteTimeout)
 	defer stall.Stop()
+	tick := time.NewTicker(time.Second) // to notice every tier below G2 going down
+	defer tick.Stop()
 	start, lastDone := time.Now(), s.wbDone.Load()
 	for {
 		o.mu.Lock()
@@ -767,6 +785,13 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 				return s.starveError(fmt.Sprintf("flush export %d", o.id))
 			}
 			stall.Reset(s.cfg.WriteTimeout)
+		case <-tick.C:
+			if s.writeBackRefused() {
+				return s.downError(fmt.Sprintf("flush export %d", o.id))
+			}
+			if err := s.fencedError(o.id); err != nil {
+				return err
+			}
 		case <-stall.C:
 			if d := s.wbDone.Load(); d != lastDone && time.Since(start) < s.waitBound() {
 				lastDone = d

@@ -50,6 +50,7 @@ type counters struct {
 	ptOpens                        atomic.Int64
 	ptObjects, ptOpenObjects       atomic.Int64 // objects with a memory file, and those open through it (Stats)
 	readsAbandoned                 atomic.Int64 // local tier reads past LocalReadTimeout (getBounded)
+	writesAbandoned                atomic.Int64 // local tier puts, deletes and syncs past LocalWriteTimeout (bounded)
 	dropped                        [nDrop]atomic.Int64
 	crcErrors                      atomic.Int64
 	objectsLost                    atomic.Int64

@@ -79,6 +79,15 @@ type Config struct {
 	// the kernel does not let the daemon interrupt, finishes on its own
 	// goroutine whenever the device answers).
 	LocalReadTimeout time.Duration
+	// LocalWriteTimeout bounds a put, delete or sync of a local tier (G3,
+	// G3.5) as the core sees it (default 10 s), for the same reason: past
+	// it the call fails with tier.ErrUnavailable, counted in
+	// Stats.LocalWritesAbandoned, five in a row take the tier down, and
+	// write-back goes to the next tier or keeps its blocks in G2 (writers
+	// then fail within a second if no tier below G2 takes writes). The
+	// put writes a copy of its block, so a late one stores the block as it
+	// was when asked, never bytes changed since.
+	LocalWriteTimeout time.Duration
 	// DemoteWorkers bounds how many live blocks of a G3 segment being
 	// reclaimed are copied to G4 at once (default 8). A reclaim runs on
 	// the put that rolled G3 over, and writers wait for it once the new
@@ -168,6 +177,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LocalReadTimeout <= 0 {
 		c.LocalReadTimeout = 10 * time.Second
+	}
+	if c.LocalWriteTimeout <= 0 {
+		c.LocalWriteTimeout = 10 * time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
@@ -272,7 +284,10 @@ type Store struct {
 	// probing is set while a probe of the tier has not returned
 	// (probeBounded).
 	probing [nTiers]atomic.Bool
-	wbDone  atomic.Int64 // blocks written back (writers' progress)
+	// late are the blocks with a local tier call still in flight past its
+	// deadline (tierhealth.go, lateCalls).
+	late   lateCalls
+	wbDone atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64
@@ -1021,7 +1036,7 @@ func (s *Store) Stats() Stats {
 		GCPending:        s.gcPending.Load(), GCDeleted: s.c.gcDeleted.Load(), GCFailed: s.c.gcFailed.Load(),
 		Dropped:   make(map[string]int64, nDrop),
 		CRCErrors: s.c.crcErrors.Load(), ObjectsLost: s.c.objectsLost.Load(),
-		LocalReadsAbandoned: s.c.readsAbandoned.Load(),
+		LocalReadsAbandoned: s.c.readsAbandoned.Load(), LocalWritesAbandoned: s.c.writesAbandoned.Load(),
 	}
 	for i := range dropNames {
 		st.Dropped[dropNames[i]] = s.c.dropped[i].Load()

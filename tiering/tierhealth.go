@@ -2,8 +2,10 @@ package tiering
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +32,18 @@ func newHealth(cfg Config) [nTiers]*health.Machine {
 	var hs [nTiers]*health.Machine
 	for ti := tiG3; ti < nTiers; ti++ {
 		log := cfg.Logger
-		hs[ti] = health.New(tierNames[ti], health.Config{FullBackoff: fullBackoff, ProbeInterval: probeInterval},
+		// A local tier (G3, G3.5) is probed by the core only: a data call
+		// let through as a probe could hang in its device.
+		var t tier.Tier
+		switch ti {
+		case tiG3:
+			t = cfg.G3
+		case tiG35:
+			t = cfg.G35
+		}
+		_, prober := t.(tier.Prober)
+		local := t != nil && prober
+		hs[ti] = health.New(tierNames[ti], health.Config{FullBackoff: fullBackoff, ProbeInterval: probeInterval, ProbeOnly: local},
 			func(sn health.Snapshot) {
 				lvl := slog.LevelWarn
 				if sn.State == health.Up {
@@ -47,6 +60,9 @@ func newHealth(cfg Config) [nTiers]*health.Machine {
 // nor is a full one within fullBackoff unless last is set (there is no
 // other tier to go to, so the tier should reclaim space instead).
 func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last bool) error {
+	if s.late.has(k) {
+		return errLate(k)
+	}
 	h, t := s.health[ti], s.tierAt(ti)
 	op := health.Put
 	if last {
@@ -55,8 +71,280 @@ func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last
 	if err := h.Admit(op); err != nil {
 		return err
 	}
-	err := t.Put(ctx, k, data)
+	var err error
+	if ti == tiG3 || ti == tiG35 {
+		err = s.putBounded(ctx, ti, t, k, data)
+	} else {
+		err = t.Put(ctx, k, data) // an object store's requests have their own deadlines
+	}
 	h.Observe(health.Put, err)
+	return err
+}
+
+// isLocal reports whether t is a local tier (G3, G3.5): one whose calls
+// end in pread, pwrite or fdatasync on a device, which no context
+// interrupts, so the core bounds them itself (bounded).
+func (s *Store) isLocal(t tier.Tier) bool {
+	return t != nil && (t == s.g3 || t == s.g35)
+}
+
+// Outcomes of a bounded call (bounded's state).
+const (
+	boundedWaiting = iota
+	boundedTaken
+	boundedAbandoned
+)
+
+// bounded runs call on its own goroutine and waits for it at most d: true
+// when call returned in time (what it wrote is then the caller's to read),
+// false when it did not. Past d, abandon runs first, on the caller's
+// goroutine, before bounded returns; the goroutine then calls late once
+// call returns, and never before abandon has run, so whatever call uses
+// (buffers, the key) must stay valid until late runs, not until bounded
+// returns: the caller hands those to late. A local tier's pread, pwrite
+// and fdatasync cannot be interrupted, and a call into a hung device
+// would otherwise hold its caller (and the object lock or busy span it
+// holds) for as long as the device is hung.
+func bounded(d time.Duration, call, abandon, late func()) bool {
+	var state atomic.Int32
+	done := make(chan struct{})
+	handedOver := make(chan struct{})
+	go func() { // owned by bounded until it returns, then by itself (abandoned)
+		call()
+		if !state.CompareAndSwap(boundedWaiting, boundedTaken) {
+			<-handedOver
+			late()
+			return
+		}
+		close(done)
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		if state.CompareAndSwap(boundedWaiting, boundedAbandoned) {
+			abandon()
+			close(handedOver)
+			return false
+		}
+		<-done // it answered just in time
+		return true
+	}
+}
+
+// lateCalls are the blocks with a put or delete of a local tier still in
+// flight past its deadline (bounded), by key. Until that call returns, no
+// other put of the key goes to any tier and no delete of it to a local
+// tier (putTo, deleteFrom: tier.ErrUnavailable at once; write-back and GC
+// retry later): the late call lands whenever the device answers, and a
+// newer copy put elsewhere meanwhile (G4) would lose to it at the next
+// start-up, where G3's copy of a key wins over G4's (recover.go), or a
+// newer put or delete of the key into the same tier could be ordered
+// before it there. The block stays dirty in G2 meanwhile, and a Flush of
+// its object fails at once (Store.fencedBlockLocked).
+type lateCalls struct {
+	n     atomic.Int32 // len(keys), read without mu on every put
+	bytes atomic.Int64 // payload bytes of the late puts: dirty bytes write-back cannot move
+	mu    sync.Mutex
+	keys  map[tier.Key]int
+	// parked are the blocks whose write-back was refused for a fenced key:
+	// queued again when the key's last late call returns (done), not
+	// retried meanwhile, so they hold no write-back worker.
+	parked map[tier.Key][]bref
+}
+
+// add fences k for one more late call, of a put of n bytes (0 for a
+// delete).
+func (l *lateCalls) add(k tier.Key, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys == nil {
+		l.keys = map[tier.Key]int{}
+	}
+	if l.keys[k] == 0 {
+		l.n.Add(1)
+	}
+	l.keys[k]++
+	l.bytes.Add(int64(n))
+}
+
+// done ends one late call of k of n bytes (add must have run for it) and,
+// when it was k's last, returns the blocks parked on k.
+func (l *lateCalls) done(k tier.Key, n int) []bref {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bytes.Add(-int64(n))
+	if l.keys[k]--; l.keys[k] > 0 {
+		return nil
+	}
+	delete(l.keys, k)
+	l.n.Add(-1)
+	p := l.parked[k]
+	delete(l.parked, k)
+	return p
+}
+
+// park records r, a block whose write-back was refused because k is
+// fenced, to be queued again by done; false when k is no longer fenced
+// (its late call returned meanwhile: the caller queues r itself).
+func (l *lateCalls) park(k tier.Key, r bref) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys[k] <= 0 {
+		return false
+	}
+	if l.parked == nil {
+		l.parked = map[tier.Key][]bref{}
+	}
+	l.parked[k] = append(l.parked[k], r)
+	return true
+}
+
+// lateDone ends a late call of k (n payload bytes) and queues the blocks
+// parked on it for write-back again.
+func (s *Store) lateDone(k tier.Key, n int) {
+	for _, r := range s.late.done(k, n) {
+		o := s.get(r.id)
+		if o == nil {
+			continue
+		}
+		o.mu.Lock()
+		if b := o.blocks.get(r.idx); !o.deleted && b != nil && b.dirty && !b.queued && s.ctx.Err() == nil {
+			b.queued = true
+			s.enqueueWB(r)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// has reports whether a late call of k is in flight.
+func (l *lateCalls) has(k tier.Key) bool {
+	if l.n.Load() == 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keys[k] > 0
+}
+
+// lateLanded handles a put of k into local tier t that succeeded after the
+// core gave up on it: a copy the core does not know of, which recovery
+// would prefer over G4's (recover.go: G3 wins) even once a newer version
+// of the block is in G4. Unless the live block records a copy of k in t
+// itself (the late one replaced it: its write-back deletes or replaces
+// it, as any stale copy), the copy is recorded stale and deleted by GC,
+// and until then the object is not recorded clean (discardCopyLocked), so
+// a crash meanwhile loses the object rather than serving the old bytes.
+func (s *Store) lateLanded(t tier.Tier, k tier.Key) {
+	if s.closed.Load() {
+		return // the next start-up's recovery finds the object unrecorded or the copy garbage
+	}
+	o := s.get(ObjectID(k.Object))
+	if o == nil {
+		s.gc(t, k)
+		return
+	}
+	o.mu.Lock()
+	s.discardCopyLocked(o, k.Index, t, k)
+	o.mu.Unlock()
+}
+
+// fencedBlockLocked returns a dirty block of o whose key has a late call
+// in flight (lateCalls): it cannot be written back until the hung device
+// answers. o.mu held.
+func (s *Store) fencedBlockLocked(o *object) (uint32, bool) {
+	if s.late.n.Load() == 0 {
+		return 0, false
+	}
+	for idx, b := range o.blocks.all() {
+		if b.dirty && s.late.has(o.key(idx)) {
+			return idx, true
+		}
+	}
+	return 0, false
+}
+
+// fencedError is the error of a Flush of object id while one of its dirty
+// blocks is fenced (fencedBlockLocked), nil otherwise.
+func (s *Store) fencedError(id ObjectID) error {
+	o := s.get(id)
+	if o == nil {
+		return nil
+	}
+	o.mu.Lock()
+	idx, ok := s.fencedBlockLocked(o)
+	k := o.key(idx)
+	o.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("flush object %d: block %d: %w", id, idx, errLate(k))
+}
+
+// errFenced marks errLate's errors: nothing was sent to the tier.
+var errFenced = errors.New("an earlier call for it into a hung local tier has not returned")
+
+// errLate is the error of a put or delete refused because a call of the
+// same key into a hung local tier has not returned (lateCalls): errFenced
+// and tier.ErrUnavailable.
+func errLate(k tier.Key) error {
+	return fmt.Errorf("%v: %w: %w", k, errFenced, tier.ErrUnavailable)
+}
+
+// putBounded is a put into a local tier (G3, G3.5) that returns within
+// Config.LocalWriteTimeout even when the device never answers (bounded).
+// The put writes a copy of data, so that a put that answers after its
+// deadline never writes bytes the caller has changed since: it stores k's
+// bytes as they were, or nothing. Past the deadline it fails with
+// tier.ErrUnavailable (five failed calls in a row take the tier down, and
+// then no writer waits on it) and counts Stats.LocalWritesAbandoned; the
+// late put may still land, leaving a copy the core does not know of,
+// which the tier's reclaim or the next start-up's recovery drops as
+// garbage, as after a crash between a put and its record.
+func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key, data []byte) error {
+	buf, err := s.pool.get(max(len(data), 1))
+	if err != nil {
+		return err
+	}
+	buf = buf[:len(data)]
+	copy(buf, data)
+	var perr error
+	if !bounded(s.cfg.LocalWriteTimeout,
+		func() { perr = t.Put(ctx, k, buf) },
+		func() { s.late.add(k, len(data)) },
+		func() {
+			s.pool.put(buf[:cap(buf)])
+			if perr == nil {
+				s.lateLanded(t, k) // before the fence goes: no put of k may come between
+			}
+			s.lateDone(k, len(data)) // its block may be written back now
+			s.log.Warn("a local tier write answered after its deadline", "tier", tierNames[ti], "key", k.String(), "err", perr)
+		}) {
+		s.c.writesAbandoned.Add(1)
+		return fmt.Errorf("%s put %v: no answer within %v (a hung device?): %w", tierNames[ti], k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
+	}
+	s.pool.put(buf[:cap(buf)])
+	return perr
+}
+
+// deleteFrom deletes block k from tier t, bounded by
+// Config.LocalWriteTimeout when t is local (a tombstone is a pwrite):
+// past it, tier.ErrUnavailable, counted in Stats.LocalWritesAbandoned
+// (the caller retries as for any failed delete).
+func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
+	if !s.isLocal(t) {
+		return t.Delete(ctx, k)
+	}
+	if s.late.has(k) {
+		return errLate(k)
+	}
+	var err error
+	if !bounded(s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) }, func() { s.late.add(k, 0) }, func() { s.lateDone(k, 0) }) {
+		s.c.writesAbandoned.Add(1)
+		return fmt.Errorf("%s delete %v: no answer within %v (a hung device?): %w", t.Name(), k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
+	}
 	return err
 }
 
@@ -95,43 +383,23 @@ func (s *Store) getBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		return 0, err
 	}
 	buf = buf[:len(p)]
-	type result struct {
-		n   int
-		err error
-	}
-	const (
-		waiting = iota
-		taken
-		abandoned
-	)
-	var state atomic.Int32
-	done := make(chan result, 1)
-	go func() { // owned by this call until it returns, then by itself (abandoned)
-		n, err := t.Get(ctx, k, buf, off)
-		if !state.CompareAndSwap(waiting, taken) {
+	var n int
+	var rerr error
+	if !bounded(s.cfg.LocalReadTimeout,
+		func() { n, rerr = t.Get(ctx, k, buf, off) },
+		func() {},
+		func() {
 			s.pool.put(buf[:cap(buf)])
-			s.log.Warn("a local tier read answered after its deadline", "tier", tierNames[ti], "key", k.String(), "err", err)
-			return
-		}
-		done <- result{n, err}
-	}()
-	timer := time.NewTimer(s.cfg.LocalReadTimeout)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-timer.C:
-		if state.CompareAndSwap(waiting, abandoned) {
-			s.c.readsAbandoned.Add(1)
-			return 0, fmt.Errorf("%s read %v: no answer within %v (a hung device?): %w", tierNames[ti], k, s.cfg.LocalReadTimeout, tier.ErrUnavailable)
-		}
-		r = <-done // it answered just in time
+			s.log.Warn("a local tier read answered after its deadline", "tier", tierNames[ti], "key", k.String(), "err", rerr)
+		}) {
+		s.c.readsAbandoned.Add(1)
+		return 0, fmt.Errorf("%s read %v: no answer within %v (a hung device?): %w", tierNames[ti], k, s.cfg.LocalReadTimeout, tier.ErrUnavailable)
 	}
-	if r.err == nil {
-		copy(p, buf[:r.n]) // a failed read's partial bytes stay out of p
+	if rerr == nil {
+		copy(p, buf[:n]) // a failed read's partial bytes stay out of p
 	}
 	s.pool.put(buf[:cap(buf)])
-	return r.n, r.err
+	return n, rerr
 }
 
 // probeLoop probes every down tier that can be probed (tier.Prober: G3
@@ -152,7 +420,7 @@ func (s *Store) probeLoop() {
 		for ti := tiG3; ti < nTiers; ti++ {
 			p, ok := s.tierAt(ti).(tier.Prober)
 			h := s.health[ti]
-			if !ok || h.State() != health.Down || h.Admit(health.Get) != nil {
+			if !ok || h.State() != health.Down || h.AdmitProbe() != nil {
 				continue // a nil tier is not a Prober
 			}
 			if s.probing[ti].Load() {
@@ -231,11 +499,9 @@ func (s *Store) SetBypass(name string, on bool, reason string) error {
 		}
 		h := s.health[ti]
 		h.SetBypass(on, reason)
-		if p, ok := t.(tier.Prober); ok && !on {
-			ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-			err := p.Probe(ctx)
-			cancel()
-			if h.Admit(health.Get) == nil { // take the probe slot
+		if p, ok := t.(tier.Prober); ok && !on && !s.probing[ti].Load() {
+			err := s.probeBounded(ti, p) // a hung device does not hold the caller
+			if h.AdmitProbe() == nil {   // take the probe slot
 				h.Observe(health.Get, err)
 			}
 		}

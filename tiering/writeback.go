@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ctxmem/ctxmemd/tiering/health"
@@ -188,7 +189,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	if staleT != nil {
 		o.markStale(r.idx, s.tierBit(staleT))
 		o.mu.Unlock()
-		err := staleT.Delete(s.ctx, k)
+		err := s.deleteFrom(s.ctx, staleT, k)
 		o.mu.Lock()
 		if err != nil {
 			s.log.Warn("delete stale copy", "tier", staleT.Name(), "key", k.String(), "err", err)
@@ -211,6 +212,18 @@ func (s *Store) writeBack(r bref, buf []byte) {
 // failure, with pauses doubling to wbRetryMax; then, or at once for any
 // other error, the object is dropped as lost and the reason counted.
 func (s *Store) writeBackFailed(o *object, b *blockState, r bref, k tier.Key, dur Durability, err error) {
+	if errors.Is(err, errFenced) {
+		// Its key has a put or delete still in flight in a hung local
+		// device (lateCalls): parked until that returns, holding no
+		// worker and counting no failure (nothing was tried).
+		o.mu.Lock()
+		s.endBusyLocked(o, r.idx, false)
+		o.mu.Unlock()
+		if !s.late.park(k, r) {
+			s.retryWB(r, b, o, wbRetryMin)
+		}
+		return
+	}
 	o.mu.Lock()
 	w := b.w()
 	w.retries++
@@ -377,6 +390,40 @@ func (s *Store) stallError(what string) error {
 		return fmt.Errorf("%s: no progress for %v (%v): %w", what, s.cfg.WriteTimeout, *p, tier.ErrUnavailable)
 	}
 	return fmt.Errorf("%s: no progress for %v: %w", what, s.cfg.WriteTimeout, tier.ErrUnavailable)
+}
+
+// writeBackRefused reports whether every tier write-back could store a
+// block in (G3, G4) is configured and refusing puts (down or bypassed,
+// health), so that no write-back can make progress until one is probed
+// back up: writers waiting on the dirty bound then fail within a second
+// (downError) instead of after Config.WriteTimeout. False for a store
+// without tiers below G2, whose writers wait for eviction instead.
+func (s *Store) writeBackRefused() bool {
+	any := false
+	for _, ti := range [...]int{tiG3, tiG4} {
+		if s.tierAt(ti) == nil {
+			continue
+		}
+		any = true
+		if st := s.health[ti].State(); st != health.Down && st != health.Bypassed {
+			return false
+		}
+	}
+	return any
+}
+
+// downError is the error of a writer or Flush that waits on write-back
+// while every tier below G2 is down (writeBackRefused): tier.ErrUnavailable
+// (EIO at the front ends).
+func (s *Store) downError(what string) error {
+	var down []string
+	for _, ti := range [...]int{tiG3, tiG4} {
+		if s.tierAt(ti) != nil {
+			sn := s.health[ti].Snapshot()
+			down = append(down, fmt.Sprintf("%s %s (%s)", tierNames[ti], sn.State, sn.Reason))
+		}
+	}
+	return fmt.Errorf("%s: write-back cannot progress, %s: %w", what, strings.Join(down, ", "), tier.ErrUnavailable)
 }
 
 // waitBoundFactor times Config.WriteTimeout is the longest any writer or

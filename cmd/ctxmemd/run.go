@@ -310,7 +310,7 @@ func (d *daemon) open(ctx context.Context) error {
 	}
 	st, err := tiering.Open(ctx, tiering.Config{
 		DataDir: cfg.DataDir, G2Bytes: cfg.DRAM, G2High: cfg.DRAMHigh, G2Low: cfg.DRAMLow,
-		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, LocalReadTimeout: cfg.LocalReadTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
+		DirtyBytes: cfg.DirtyBytes, WriteTimeout: cfg.WriteTimeout, LocalReadTimeout: cfg.LocalReadTimeout, LocalWriteTimeout: cfg.LocalWriteTimeout, WriteBackDelay: writeBackDelay(cfg.WriteBackDelay), PassthroughMaxBytes: max(cfg.PassthroughMaxBytes, 1), PassthroughMaxFiles: cfg.PassthroughMaxFiles,
 		MemFiles: cfg.Passthrough && cfg.PassthroughMaxBytes > 0 && os.Geteuid() == 0, G3: t3, G3High: cfg.G3High, G4: t4, G35: t35,
 		HeatHalfLife: cfg.HeatHalfLife, ColdThreshold: cfg.ColdThreshold, Policy: cfg.G2Policy,
 		RankObjects: cfg.ControlPlane(), // the sidecar reports hot and cold objects

@@ -108,6 +108,12 @@ type Config struct {
 	FullBackoff time.Duration
 	// Now is the clock (default time.Now); tests pass a fake one.
 	Now func() time.Time
+	// ProbeOnly makes a Down tier refuse every call: only AdmitProbe lets
+	// one through, for the owner's own probe. For a local device, whose
+	// calls cannot be interrupted: a put let through as a probe into a
+	// hung disk would be one more call left hanging (and its block held
+	// back until the disk answers), each probe interval.
+	ProbeOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -188,7 +194,7 @@ func (m *Machine) Admit(op Op) error {
 		m.refused++
 		return fmt.Errorf("%s bypassed (%s): %w: %w", m.name, m.reason, ErrRefused, tier.ErrUnavailable)
 	case Down:
-		if now.Before(m.probeAt) { // also while a probe is out
+		if m.cfg.ProbeOnly || now.Before(m.probeAt) { // also while a probe is out
 
 			m.refused++
 			return fmt.Errorf("%s down (%s): %w: %w", m.name, m.reason, ErrRefused, tier.ErrUnavailable)
@@ -201,6 +207,25 @@ func (m *Machine) Admit(op Op) error {
 		m.refused++
 		return fmt.Errorf("%s full: %w: %w", m.name, ErrRefused, tier.ErrNoSpace)
 	}
+	return nil
+}
+
+// AdmitProbe reports whether the owner's probe of a Down tier may run now
+// (nil, as Admit, when one is due), whatever ProbeOnly says; its outcome
+// must be given to Observe. A tier that is not Down is not probed
+// (tier.ErrUnavailable-class error for Bypassed, an ErrRefused one else).
+func (m *Machine) AdmitProbe() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	switch {
+	case m.state == Bypassed:
+		return fmt.Errorf("%s bypassed (%s): %w: %w", m.name, m.reason, ErrRefused, tier.ErrUnavailable)
+	case m.state != Down, now.Before(m.probeAt):
+		return fmt.Errorf("%s: no probe due: %w", m.name, ErrRefused)
+	}
+	m.probing = true
+	m.probeAt = now.Add(m.cfg.ProbeInterval)
 	return nil
 }
 

@@ -229,3 +229,37 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestProbeOnlyLetsNoDataCallThrough: a ProbeOnly tier that is Down
+// refuses every data call, also once a probe is due; only AdmitProbe lets
+// the owner's probe through, once per ProbeInterval, and its answer
+// brings the tier back.
+func TestProbeOnlyLetsNoDataCallThrough(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	m := New("G3", Config{DownAfter: 2, ProbeInterval: time.Second, ProbeOnly: true, Now: c.now}, func(Snapshot) {})
+	if err := m.AdmitProbe(); !errors.Is(err, ErrRefused) {
+		t.Fatalf("probe of an Up tier admitted: %v", err)
+	}
+	for range 2 {
+		m.Observe(Put, errIO)
+	}
+	c.add(2 * time.Second)
+	for _, op := range []Op{Put, Get, PutLast} {
+		if err := m.Admit(op); !errors.Is(err, tier.ErrUnavailable) {
+			t.Fatalf("Down ProbeOnly tier admitted a %v call with a probe due: %v", op, err)
+		}
+	}
+	if err := m.AdmitProbe(); err != nil {
+		t.Fatalf("due probe refused: %v", err)
+	}
+	if err := m.AdmitProbe(); err == nil {
+		t.Fatal("a second probe admitted within the probe interval")
+	}
+	m.Observe(Get, nil)
+	if m.State() != Up {
+		t.Fatalf("after an answered probe: %v", m.State())
+	}
+	if err := m.Admit(Put); err != nil {
+		t.Fatalf("Up again, refused: %v", err)
+	}
+}
