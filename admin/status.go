@@ -49,6 +49,10 @@ type Status struct {
 	Links []LinkStatus `json:"links,omitempty"`
 	// Passthrough is the mount's FUSE passthrough state.
 	Passthrough PassthroughStatus `json:"passthrough"`
+	// KernelEntries are the files the kernel holds looked up, their
+	// bound (config kernel_files), and the entries invalidated and files
+	// forgotten since mount.
+	KernelEntries KernelEntriesStatus `json:"kernel_entries"`
 	// Lookups are the mount's KV lookups since mount, hits by serving
 	// tier and misses (package hitratio has the one definition of hit
 	// ratio, shared with the replay and ctxmem_hit_ratio).
@@ -79,6 +83,17 @@ type PassthroughStatus struct {
 	Reason       string `json:"reason,omitempty"`
 	DaemonReads  int64  `json:"daemon_reads"`
 	DaemonWrites int64  `json:"daemon_writes"`
+}
+
+// KernelEntriesStatus is the kernel entry part of Status: files the
+// kernel holds looked up (Files, at most about Limit when Limit > 0), and
+// since mount the entry invalidations sent (Invalidated) and the file
+// FORGETs received (Forgotten).
+type KernelEntriesStatus struct {
+	Files       int   `json:"files"`
+	Limit       int   `json:"limit"`
+	Invalidated int64 `json:"invalidated"`
+	Forgotten   int64 `json:"forgotten"`
 }
 
 // ControlStatus is the control-plane part of Status.

@@ -157,6 +157,9 @@ type Config struct {
 	// the topic frame, KVEventsBuffer the batches kept for replay.
 	KVEvents, KVEventsReplay, KVEventsTopic string
 	KVEventsBuffer                          int
+	// KernelFiles bounds the files the kernel keeps looked up
+	// (fusefs.Options.KernelFiles; 0 = no bound).
+	KernelFiles int
 	// KVLayout is the default kv_layout of namespaces: how block hashes
 	// are derived from file names (vllm, sglang, lmcache, nixl, flat or a
 	// regular expression with a (?P<hash>...) group; "" = no events).

@@ -125,6 +125,8 @@ func table() []Option {
 			setBool(func(c *Config) *bool { return &c.PassthroughWrites }), getBool(func(c *Config) *bool { return &c.PassthroughWrites })),
 		opt("passthrough_max_bytes", "256MiB", "largest file served by passthrough (an open brings the whole file into G2 first); larger files go through the daemon",
 			setSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes }), getSize(func(c *Config) *int64 { return &c.PassthroughMaxBytes })),
+		opt("kernel_files", "262144", "most files the kernel keeps looked up (a dentry and inode there, about 1.1 KiB of kernel slab, and about 460 B of FUSE state in the daemon, each); past it the least recently used files that are not open are invalidated so the kernel forgets them, and their next path lookup costs one LOOKUP; 0 = no bound",
+			setCountOrZero(func(c *Config) *int { return &c.KernelFiles }), getCount(func(c *Config) *int { return &c.KernelFiles })),
 		opt("passthrough_max_files", "auto", "most files that keep a memory file for passthrough at once (each costs the daemon a descriptor and a mapping; the least recently closed give theirs up first); auto = min(65536, (open-file limit - 4096) / 2, vm.max_map_count / 4), at least 1024",
 			setCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles }), getCountOrAuto(func(c *Config) *int { return &c.PassthroughMaxFiles })),
 		opt("writeback_delay", "30ms", "how long a dirty block's write-back waits after its latest write, so a block written in pieces is stored once; a block rewritten in place (NBD random writes) is held 100x this after its first write, and past half of dirty_bytes the oldest are stored first (0 = store at once; fsync, NBD FLUSH/FUA and close never wait for it)",
@@ -368,6 +370,18 @@ func setCount(f func(*Config) *int) func(*Config, string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return fmt.Errorf("%q is not a positive whole number", v)
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+// setCountOrZero is setCount that also takes 0 (the option's "no bound").
+func setCountOrZero(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not 0 or a positive whole number", v)
 		}
 		*f(c) = n
 		return nil

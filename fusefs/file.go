@@ -143,6 +143,7 @@ func (f *fsys) relatime(n *node) {
 // and truncates its page cache itself.
 func (fn *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	defer fn.fsys.observe("open", time.Now())
+	fn.fsys.er.used(fn.n)
 	if flags&syscall.O_TRUNC != 0 {
 		if e := fn.fsys.openTruncate(ctx, fn.n); e != 0 {
 			return nil, 0, e
@@ -497,6 +498,7 @@ func (fn *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off uint64, 
 // Getattr reports the file's attributes.
 func (fn *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	defer fn.fsys.observe("getattr", time.Now())
+	fn.fsys.er.used(fn.n)
 	fn.fsys.attrOut(fn.n, out)
 	return 0
 }
@@ -513,10 +515,13 @@ func (fn *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Err
 	return 0
 }
 
-// OnForget runs when the kernel drops its last reference to this inode.
-// A file with no name left (unlinked, renamed over, O_TMPFILE) has then
-// been closed for the last time: its object is deleted.
+// OnForget runs when the kernel drops its last reference to this inode
+// (FORGET; go-fuse drops its Inode): the entry reclaim counts it
+// (forget.go), and a file with no name left (unlinked, renamed over,
+// O_TMPFILE) has then been closed for the last time: its object is
+// deleted.
 func (fn *fileNode) OnForget() {
+	fn.fsys.er.forgot(fn.n)
 	fn.fsys.forget(fn.n)
 }
 

@@ -31,6 +31,8 @@ type fsys struct {
 	// fence guards passthrough opens against go-fuse's release of a
 	// backing id (passthrough.go); nil until mounted.
 	fence *releaseFence
+	// er bounds the files the kernel keeps looked up (forget.go).
+	er *entryReclaim
 }
 
 // opsFor returns a fresh go-fuse node for n.
@@ -50,7 +52,11 @@ func (f *fsys) inode(ctx context.Context, parent *fs.Inode, n *node, out *fuse.E
 	f.ptFresh(n)
 	n.fillAttr(&out.Attr)
 	f.setTimeouts(out)
-	return parent.NewInode(ctx, f.opsFor(n), fs.StableAttr{Mode: n.typeBits(), Ino: n.ino})
+	in := parent.NewInode(ctx, f.opsFor(n), fs.StableAttr{Mode: n.typeBits(), Ino: n.ino})
+	if n.kind == kindFile {
+		f.er.looked(n)
+	}
+	return in
 }
 
 func (f *fsys) setTimeouts(out *fuse.EntryOut) {

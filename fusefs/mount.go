@@ -95,6 +95,7 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 		return fail(err)
 	}
 	f.notes = newNotifier()
+	f.er = newEntryReclaim(f, o.KernelFiles)
 	be.OnLost(f.onLost)
 
 	root := &dirNode{fsys: f, n: f.t.root}
@@ -129,6 +130,7 @@ func Mount(ctx context.Context, mountpoint string, be Backend, opts Options) (*S
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mnt, err)
 	}
 	f.notes.setServer(srv)
+	f.er.start()
 	f.initPassthrough(srv)
 	if err := setReadAhead(mnt, o.ReadAhead); err != nil {
 		o.Logger.Warn("fusefs: cannot set readahead; the kernel default applies", "err", err)
@@ -245,6 +247,7 @@ func (s *Server) cleanup() {
 	defer close(s.done)
 	close(s.stopWatch)
 	f := s.fsys
+	f.er.close()
 	f.notes.close()
 	f.t.mu.Lock()
 	var orphans []*node

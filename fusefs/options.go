@@ -168,6 +168,11 @@ type Options struct {
 	// the mount's read_ahead_kb in /sys/class/bdi is set after mounting
 	// (needs root; on failure the kernel's 128 KiB stays).
 	ReadAhead int
+	// KernelFiles bounds how many files the kernel keeps looked up (their
+	// dentries and inodes there, and go-fuse's Inode here): past it, the
+	// least recently used files that are not open have their entries
+	// invalidated so the kernel forgets them (forget.go). 0: no bound.
+	KernelFiles int
 	// MaxBackground is the kernel's limit of asynchronous requests
 	// (default DefaultMaxBackground).
 	MaxBackground int

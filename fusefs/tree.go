@@ -78,8 +78,11 @@ type link struct {
 // node is a file, directory or symlink of the tree. The ino, kind, ns, obj
 // and target fields never change.
 type node struct {
-	ino    uint64
-	kind   nodeKind
+	ino  uint64
+	kind nodeKind
+	// kflags are the kernel entry reclaim's bits (forget.go), guarded by
+	// fsys.er.mu.
+	kflags uint8
 	ns     *namespace // nil for the mount root
 	obj    tiering.ObjectID
 	target string // symlink target

@@ -349,6 +349,7 @@ func (d *daemon) open(ctx context.Context) error {
 		StatfsCapacity:    cfg.StatfsCapacity,
 		NoPassthrough:     !cfg.Passthrough || cfg.PassthroughMaxBytes == 0,
 		PassthroughWrites: cfg.PassthroughWrites,
+		KernelFiles:       cfg.KernelFiles,
 		OnChange:          d.kvChanged(),
 	})
 	if err != nil {
@@ -789,6 +790,8 @@ func (d *daemon) Status(ctx context.Context) (admin.Status, error) {
 	if d.fuse != nil {
 		p := d.fuse.Passthrough()
 		st.Passthrough = admin.PassthroughStatus{On: p.On, Reason: p.Reason, DaemonReads: p.Reads, DaemonWrites: p.Writes}
+		k := d.fuse.KernelEntries()
+		st.KernelEntries = admin.KernelEntriesStatus{Files: k.Files, Limit: k.Limit, Invalidated: k.Invalidated, Forgotten: k.Forgotten}
 		st.Lookups, nsLookups = d.fuse.Lookups()
 		st.LookupMisses = st.Lookups.Misses
 	}

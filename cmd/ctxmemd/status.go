@@ -146,6 +146,11 @@ func writeStatus(w io.Writer, st admin.Status) error {
 	} else {
 		fmt.Fprintf(tw, "passthrough\toff (%s); daemon served READ %d, WRITE %d\n", p.Reason, p.DaemonReads, p.DaemonWrites)
 	}
+	if k := st.KernelEntries; k.Limit > 0 {
+		fmt.Fprintf(tw, "kernel entries\t%d files looked up (bound %d); %d invalidated, %d forgotten since mount\n", k.Files, k.Limit, k.Invalidated, k.Forgotten)
+	} else {
+		fmt.Fprintf(tw, "kernel entries\t%d files looked up (no bound); %d forgotten since mount\n", k.Files, k.Forgotten)
+	}
 	fmt.Fprintf(tw, "objects\t%d (%d lost since start)\n", s.Objects, s.ObjectsLost)
 	if len(st.Namespaces) > 0 {
 		fmt.Fprintln(tw)
