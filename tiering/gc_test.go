@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
@@ -83,4 +84,27 @@ func TestGCSlowDeletesEachHaveTheirOwnDeadline(t *testing.T) {
 	if st := fs.store.Stats(); st.GCFailed != 0 {
 		t.Fatalf("%d deletes failed", st.GCFailed)
 	}
+}
+
+// TestHungG3DeletesDoNotPileUp: GC deletes into a G3 whose device stops
+// answering are given up after LocalWriteTimeout, and while one has not
+// returned no other delete is sent to the device (each would leave one
+// more goroutine in it); once it answers, GC deletes everything.
+func TestHungG3DeletesDoNotPileUp(t *testing.T) {
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.LocalWriteTimeout = 100 * time.Millisecond })
+	defer fs.close(t)
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Delete, Stall: stall})
+	gcFill(t, fs, 20)
+	time.Sleep(2 * time.Second)
+	if n := fs.g3.Calls(faulttier.Delete); n != 1 {
+		t.Fatalf("%d deletes sent into the hung G3 in 2 s; want 1 (the rest wait for it)", n)
+	}
+	if st := fs.store.Stats(); st.LocalWritesAbandoned != 1 || st.GCPending != 20 {
+		t.Fatalf("LocalWritesAbandoned %d, GCPending %d; want 1 and 20", st.LocalWritesAbandoned, st.GCPending)
+	}
+	remove()
+	stall.Release()
+	waitGCDone(t, fs, 30*time.Second)
 }

@@ -638,8 +638,15 @@ func (s *Store) syncTiers(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	// One sync at a time past its deadline: while an abandoned one has not
+	// returned, fsync fails at once instead of leaving one more goroutine
+	// in the hung device per call.
+	if s.syncLate.Load() {
+		return fmt.Errorf("sync %s: an earlier sync has not returned (a hung device?): %w", s.g3.Name(), tier.ErrUnavailable)
+	}
 	var err error
-	if !bounded(s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) }, func() {}, func() {}) {
+	if !bounded(s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) },
+		func() { s.syncLate.Store(true) }, func() { s.syncLate.Store(false) }) {
 		s.c.writesAbandoned.Add(1)
 		err = fmt.Errorf("no answer within %v (a hung device?): %w", s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}

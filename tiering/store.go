@@ -286,8 +286,14 @@ type Store struct {
 	probing [nTiers]atomic.Bool
 	// late are the blocks with a local tier call still in flight past its
 	// deadline (tierhealth.go, lateCalls).
-	late   lateCalls
-	wbDone atomic.Int64 // blocks written back (writers' progress)
+	late lateCalls
+	// syncLate is set while a G3 sync past its deadline has not returned
+	// (syncTiers).
+	syncLate atomic.Bool
+	// lateDeletes counts a local tier's deletes past their deadline that
+	// have not returned (deleteFrom).
+	lateDeletes [nTiers]atomic.Int32
+	wbDone      atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64

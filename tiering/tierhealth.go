@@ -340,8 +340,19 @@ func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
 	if s.late.has(k) {
 		return errLate(k)
 	}
+	// While an earlier delete of this tier has not returned, none is
+	// tried (GC retries later): deletes do not pile up goroutines in a
+	// hung device.
+	late := &s.lateDeletes[tiG3]
+	if t == s.g35 {
+		late = &s.lateDeletes[tiG35]
+	}
+	if late.Load() > 0 {
+		return fmt.Errorf("%s delete %v: an earlier delete has not returned (a hung device?): %w", t.Name(), k, tier.ErrUnavailable)
+	}
 	var err error
-	if !bounded(s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) }, func() { s.late.add(k, 0) }, func() { s.lateDone(k, 0) }) {
+	if !bounded(s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) },
+		func() { s.late.add(k, 0); late.Add(1) }, func() { late.Add(-1); s.lateDone(k, 0) }) {
 		s.c.writesAbandoned.Add(1)
 		return fmt.Errorf("%s delete %v: no answer within %v (a hung device?): %w", t.Name(), k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}
