@@ -81,6 +81,13 @@ func (p *proc) tail() string {
 	return tail(string(b), 3000)
 }
 
+// logged reports whether the whole log so far contains s (a check on the
+// tail alone misses a line that a flood of later ones pushed out of it).
+func (p *proc) logged(s string) bool {
+	b, _ := os.ReadFile(p.log)
+	return strings.Contains(string(b), s)
+}
+
 // tailWithout is tail of the log's lines that contain none of skip (a
 // failure's scheduler log without the flood of routine commands).
 func (p *proc) tailWithout(skip ...string) string {

@@ -339,7 +339,7 @@ func TestE2EPoolFaults(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool { return okReads.Load() > 50 }, "reads served from the pool")
 	testenv.Eventually(t, 60*time.Second, func() bool {
-		return strings.Contains(c.sched.tail(), "reclaim_extent")
+		return c.sched.logged("reclaim_extent")
 	}, "the scheduler to reclaim pool extents")
 
 	// 2. A's link down: its pool goes into bypass within the bound and
