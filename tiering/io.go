@@ -327,7 +327,7 @@ func (s *Store) WriteAt(ctx context.Context, id ObjectID, p []byte, off int64) (
 	}
 	o.mu.Unlock()
 	if madeFile {
-		s.trimMemFiles()
+		s.askTrim()
 	}
 	if werr != nil && (errors.Is(werr, tier.ErrNotFound) || errors.Is(werr, tier.ErrCorrupt)) {
 		s.lose(id, werr)

@@ -363,7 +363,7 @@ func (s *Store) OpenPassthrough(ctx context.Context, id ObjectID, write bool) (P
 		// (its reads never reach the daemon).
 		s.touched(id)
 	}
-	s.trimMemFiles()
+	s.askTrim()
 	return info, err
 }
 
@@ -513,6 +513,13 @@ func (p *ptFiles) closedLast(o *object) {
 
 // over returns the least recently closed objects beyond max memory files
 // (trimMemFiles re-checks each under its lock, retireGrace included).
+// count returns the objects with a memory file.
+func (p *ptFiles) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
 func (p *ptFiles) over(max int) []*object {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -565,6 +572,41 @@ func (p *ptFiles) gone(o *object) {
 	}
 	p.n--
 	p.mu.Unlock()
+}
+
+// trimSlack is how far past Config.PassthroughMaxFiles the memory files
+// may go before the writer or opener that made one trims itself instead
+// of leaving it to trimLoop (the bound's auto value keeps the descriptor
+// and mapping limits at least twice as far).
+const trimSlack = 1024
+
+// askTrim has trimLoop give up memory files beyond
+// Config.PassthroughMaxFiles, off the caller's path: a trim copies the
+// blocks out and unmaps the file, and an munmap costs every core a TLB
+// shootdown. Past trimSlack more, the caller trims at once.
+func (s *Store) askTrim() {
+	if s.pt.count() > s.cfg.PassthroughMaxFiles+trimSlack {
+		s.trimMemFiles()
+		return
+	}
+	select {
+	case s.trimWake <- struct{}{}:
+	default:
+	}
+}
+
+// trimLoop runs trimMemFiles when asked (askTrim). Owner: the Store
+// (s.wg); it ends with s.ctx.
+func (s *Store) trimLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.trimWake:
+		}
+		s.trimMemFiles()
+	}
 }
 
 // trimMemFiles gives up the memory files of the least recently closed

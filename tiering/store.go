@@ -290,6 +290,8 @@ type Store struct {
 	// syncLate is set while a G3 sync past its deadline has not returned
 	// (syncTiers).
 	syncLate atomic.Bool
+	// trimWake asks trimLoop to give up memory files (askTrim).
+	trimWake chan struct{}
 	// lateDeletes counts a local tier's deletes past their deadline that
 	// have not returned (deleteFrom).
 	lateDeletes [nTiers]atomic.Int32
@@ -338,6 +340,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cleanReady: newSignal(),
 		health:     newHealth(cfg),
 		clk:        clock.Or(cfg.Clock),
+		trimWake:   make(chan struct{}, 1),
 	}
 	s.lim.Store(&G2Limits{Bytes: cfg.G2Bytes, High: cfg.G2High, Low: cfg.G2Low, Dirty: cfg.DirtyBytes})
 	if s.place, err = newPlacement(cfg); err != nil {
@@ -379,7 +382,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Add(1)
 		go s.watchDataDir(id)
 	}
-	s.wg.Add(5)
+	s.wg.Add(6)
+	go s.trimLoop()
 	go s.delayLoop()
 	go s.evictLoop()
 	go s.gcLoop()
