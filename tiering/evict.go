@@ -107,9 +107,9 @@ func (s *Store) evictBlock(o *object, r bref) {
 				o.beginBusy(r.idx) // no write-back of a newer version may race this put
 				o.mu.Unlock()
 				ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-				err = s.putTo(ctx, tiG3, k, buf[:n], s.g4 == nil)
+				err = s.putToOwned(ctx, tiG3, k, buf[:n], s.g4 == nil, &buf)
 				cancel()
-				s.pool.put(buf)
+				s.pool.put(buf) // nil when a late put into a hung G3 kept it
 				o.mu.Lock()
 				live := !o.deleted && o.gen == k.Gen && o.blocks.get(r.idx) == b
 				switch {

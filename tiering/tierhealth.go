@@ -60,6 +60,16 @@ func newHealth(cfg Config) [nTiers]*health.Machine {
 // nor is a full one within fullBackoff unless last is set (there is no
 // other tier to go to, so the tier should reclaim space instead).
 func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last bool) error {
+	return s.putToOwned(ctx, ti, k, data, last, nil)
+}
+
+// putToOwned is putTo for data held in *owned, a pool buffer the caller
+// hands over for the call (nil: data is the caller's, and a put into a
+// local tier copies it first). A put into a local tier then writes data
+// in place; if it is given up past its deadline, the buffer goes with it
+// (*owned is set to nil, and the late put gives it back to the pool), so
+// the caller never writes into a buffer a late put still reads.
+func (s *Store) putToOwned(ctx context.Context, ti int, k tier.Key, data []byte, last bool, owned *[]byte) error {
 	if s.late.has(k) {
 		return errLate(k)
 	}
@@ -73,7 +83,7 @@ func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last
 	}
 	var err error
 	if ti == tiG3 || ti == tiG35 {
-		err = s.putBounded(ctx, ti, t, k, data)
+		err = s.putBounded(ctx, ti, t, k, data, owned)
 	} else {
 		err = t.Put(ctx, k, data) // an object store's requests have their own deadlines
 	}
@@ -303,19 +313,29 @@ func errLate(k tier.Key) error {
 // late put may still land, leaving a copy the core does not know of,
 // which the tier's reclaim or the next start-up's recovery drops as
 // garbage, as after a crash between a put and its record.
-func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key, data []byte) error {
-	buf, err := s.pool.get(max(len(data), 1))
-	if err != nil {
-		return err
+func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key, data []byte, owned *[]byte) error {
+	var buf, pooled []byte // what the put writes; the pool buffer holding it
+	if owned != nil && *owned != nil {
+		buf, pooled = data, *owned
+	} else {
+		var err error
+		if pooled, err = s.pool.get(max(len(data), 1)); err != nil {
+			return err
+		}
+		buf = pooled[:len(data)]
+		copy(buf, data)
 	}
-	buf = buf[:len(data)]
-	copy(buf, data)
 	var perr error
 	if !bounded(s.cfg.LocalWriteTimeout,
 		func() { perr = t.Put(ctx, k, buf) },
-		func() { s.late.add(k, len(data)) },
 		func() {
-			s.pool.put(buf[:cap(buf)])
+			s.late.add(k, len(data))
+			if owned != nil {
+				*owned = nil // the late put has it now
+			}
+		},
+		func() {
+			s.pool.put(pooled[:cap(pooled)])
 			if perr == nil {
 				s.lateLanded(t, k) // before the fence goes: no put of k may come between
 			}
@@ -325,7 +345,9 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		s.c.writesAbandoned.Add(1)
 		return fmt.Errorf("%s put %v: no answer within %v (a hung device?): %w", tierNames[ti], k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}
-	s.pool.put(buf[:cap(buf)])
+	if owned == nil || *owned == nil {
+		s.pool.put(pooled[:cap(pooled)]) // the copy
+	}
 	return perr
 }
 

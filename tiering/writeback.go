@@ -55,18 +55,21 @@ func (s *Store) popWB() (bref, bool) {
 // is not held during tier I/O.
 func (s *Store) writeBackLoop() {
 	defer s.wg.Done()
-	buf, err := s.pool.get(tier.MaxBlockSize)
-	if err != nil {
-		s.log.Error("write-back worker cannot allocate its buffer", "err", err)
-		return
-	}
-	defer s.pool.put(buf)
+	var buf []byte
+	defer func() { s.pool.put(buf) }()
 	for {
+		if buf == nil { // first, or handed to a put into a hung device (putToOwned)
+			var err error
+			if buf, err = s.pool.get(tier.MaxBlockSize); err != nil {
+				s.log.Error("write-back worker cannot allocate its buffer", "err", err)
+				return
+			}
+		}
 		r, ok := s.popWB()
 		if !ok {
 			return
 		}
-		s.writeBack(r, buf)
+		s.writeBack(r, &buf)
 	}
 }
 
@@ -82,7 +85,8 @@ func (s *Store) writeBackLoop() {
 // sequence, unique across block states), never a version alone; a put
 // whose block was replaced stored bytes nobody may read, so its copy is
 // recorded stale and deleted before the object can be recorded clean.
-func (s *Store) writeBack(r bref, buf []byte) {
+func (s *Store) writeBack(r bref, bufp *[]byte) {
+	buf := *bufp
 	o := s.get(r.id)
 	if o == nil {
 		return
@@ -118,7 +122,7 @@ func (s *Store) writeBack(r bref, buf []byte) {
 	dur := o.dur
 	o.mu.Unlock()
 
-	ti, err := s.putLower(s.ctx, r, k, data)
+	ti, err := s.putLower(s.ctx, r, k, data, bufp)
 	if err != nil {
 		s.writeBackFailed(o, b, r, k, dur, err)
 		return
@@ -352,8 +356,9 @@ func (s *Store) retryWB(r bref, b *blockState, o *object, pause time.Duration) {
 }
 
 // putLower stores a written-back block and returns the tier index used:
-// G3 unless it is refused (down, full, admission), else G4.
-func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (int, error) {
+// G3 unless it is refused (down, full, admission), else G4. data is held
+// in *owned, a pool buffer (putToOwned).
+func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte, owned *[]byte) (int, error) {
 	var g3err error
 	if s.g3 != nil {
 		if s.g4 != nil && !s.health[tiG3].Refusing(health.Put) && !s.admitG3(r) {
@@ -361,7 +366,7 @@ func (s *Store) putLower(ctx context.Context, r bref, k tier.Key, data []byte) (
 			// reclaims its oldest segment instead.
 			s.c.admissionsDenied.Add(1)
 			g3err = fmt.Errorf("G3 admission refused: %w", tier.ErrNoSpace)
-		} else if g3err = s.putTo(ctx, tiG3, k, data, s.g4 == nil); g3err == nil {
+		} else if g3err = s.putToOwned(ctx, tiG3, k, data, s.g4 == nil, owned); g3err == nil {
 			return tiG3, nil
 		}
 	}
