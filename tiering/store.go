@@ -85,8 +85,8 @@ type Config struct {
 	// Stats.LocalWritesAbandoned, five in a row take the tier down, and
 	// write-back goes to the next tier or keeps its blocks in G2 (writers
 	// then fail within a second if no tier below G2 takes writes). The
-	// put writes a copy of its block, so a late one stores the block as it
-	// was when asked, never bytes changed since.
+	// put writes from a buffer nobody changes until it returns, so a late
+	// one stores the block as it was when asked, never bytes changed since.
 	LocalWriteTimeout time.Duration
 	// DemoteWorkers bounds how many live blocks of a G3 segment being
 	// reclaimed are copied to G4 at once (default 8). A reclaim runs on

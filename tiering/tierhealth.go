@@ -305,14 +305,15 @@ func errLate(k tier.Key) error {
 
 // putBounded is a put into a local tier (G3, G3.5) that returns within
 // Config.LocalWriteTimeout even when the device never answers (bounded).
-// The put writes a copy of data, so that a put that answers after its
-// deadline never writes bytes the caller has changed since: it stores k's
-// bytes as they were, or nothing. Past the deadline it fails with
-// tier.ErrUnavailable (five failed calls in a row take the tier down, and
-// then no writer waits on it) and counts Stats.LocalWritesAbandoned; the
-// late put may still land, leaving a copy the core does not know of,
-// which the tier's reclaim or the next start-up's recovery drops as
-// garbage, as after a crash between a put and its record.
+// The put writes data in place when the caller hands over the pool buffer
+// holding it (owned, see putToOwned), else a copy, so that a put that
+// answers after its deadline never writes bytes the caller has changed
+// since: it stores k's bytes as they were, or nothing. Past the deadline
+// it fails with tier.ErrUnavailable (five failed calls in a row take the
+// tier down, and then no writer waits on it) and counts
+// Stats.LocalWritesAbandoned; k stays fenced until the late put returns
+// (lateCalls), and a copy it landed is recorded stale and deleted
+// (lateLanded).
 func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key, data []byte, owned *[]byte) error {
 	var buf, pooled []byte // what the put writes; the pool buffer holding it
 	if owned != nil && *owned != nil {
