@@ -10,12 +10,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
 // Online fsck: read every copy of every live block in G3, G3.5 and G4 in
 // full, each verified by its tier (CRC32C of the payload; G4 also its
 // header), and report what fails.
+//
+// Health: every read goes through its tier's health machine (package
+// tiering/health), as the data path's reads do (getFrom). A tier that is
+// down or bypassed is not asked: its copies count as unreadable at once
+// (FsckTierReport.Refused), with the machine's reason as their error, and
+// are never dropped. The outcome of every read made is given to the
+// machine, so a tier that does not answer (a hung disk: each read then
+// waits its ReadTimeout) goes down after health.Config.DownAfter failed
+// reads in a row (5), and the rest of the walk does not wait on it: a
+// check of a hung tier takes about DownAfter / Concurrency read timeouts,
+// not one per copy. A down local tier comes back when the core's probe
+// succeeds; a down G4 lets one read through as a probe now and then.
 //
 // Locking: a copy is read without the object lock, inside a busy span of
 // its block (object.busy), as write-back, eviction and sink store a copy:
@@ -49,7 +62,10 @@ type FsckOptions struct {
 	// most 64).
 	Concurrency int
 	// ReadTimeout bounds each read (default 30 s): a tier that does not
-	// answer in time counts the copy unreadable.
+	// answer in time counts the copy unreadable, and the read as a failed
+	// call for the tier's health (enough of them in a row take the tier
+	// down, and its other copies are then not read: see the top of this
+	// file).
 	ReadTimeout time.Duration
 	// BytesPerSecond limits the read rate (0: unlimited), so a check
 	// does not take the tiers' bandwidth from the engines.
@@ -95,8 +111,9 @@ type FsckTierReport struct {
 	Bytes   int64 `json:"bytes"`
 	// Corrupt: the copy failed its checksum or header checks. Missing:
 	// the block records a copy the tier does not have. Unreadable: the
-	// tier did not answer (an I/O error, S3 down, a timeout): not
-	// verified, never dropped.
+	// tier did not answer (an I/O error, S3 down, a timeout) or was not
+	// asked (Refused: its health was down or bypassed): not verified,
+	// never dropped.
 	Corrupt    int64 `json:"corrupt"`
 	Missing    int64 `json:"missing"`
 	Unreadable int64 `json:"unreadable"`
@@ -105,6 +122,14 @@ type FsckTierReport struct {
 	Skipped int64 `json:"skipped"`
 	// Dropped counts the corrupt and missing copies forgotten (Drop).
 	Dropped int64 `json:"dropped"`
+	// Refused counts the copies not read because the tier's health
+	// machine refused the read (the tier was down or bypassed: package
+	// tiering/health); they are counted in Unreadable too.
+	Refused int64 `json:"refused,omitempty"`
+	// Health is the tier's health state when the check ended ("up",
+	// "degraded", "down", "bypassed") and HealthReason why it is not up.
+	Health       string `json:"health,omitempty"`
+	HealthReason string `json:"health_reason,omitempty"`
 	// NotChecked says why the tier was not checked (a pool in bypass).
 	NotChecked string `json:"not_checked,omitempty"`
 }
@@ -221,8 +246,9 @@ type fscker struct {
 // Fsck checks every copy of every live block in the selected tiers (see
 // the top of this file), reading each in full with its tier's
 // verification, o.Concurrency at a time, each read bounded by
-// o.ReadTimeout, at most o.BytesPerSecond. It holds no object lock during
-// a read. With o.Drop it forgets corrupt and missing copies and declares
+// o.ReadTimeout, at most o.BytesPerSecond, each through the tier's health
+// machine (a down or bypassed tier is not read; its copies are unreadable
+// at once). It holds no object lock during a read. With o.Drop it forgets corrupt and missing copies and declares
 // objects left without any copy lost. Unreadable copies (the tier did not
 // answer) are reported and kept. A corrupt copy is quarantined by its tier
 // whatever o.Drop says, as on any read (G3 stops serving it, G4 deletes
@@ -321,6 +347,11 @@ func (s *Store) Fsck(ctx context.Context, o FsckOptions) (FsckReport, error) {
 	for _, it := range f.retry {
 		f.tiers[it.ti].Skipped++
 	}
+	for i := range f.rep.Tiers {
+		tr := &f.rep.Tiers[i]
+		hs := s.health[slices.Index(tierNames[:], tr.Tier)].Snapshot()
+		tr.Health, tr.HealthReason = hs.State.String(), hs.Reason
+	}
 	f.rep.ElapsedSeconds = time.Since(start).Seconds()
 	if err := ctx.Err(); err != nil {
 		f.rep.Interrupted = true
@@ -330,7 +361,11 @@ func (s *Store) Fsck(ctx context.Context, o FsckOptions) (FsckReport, error) {
 		return f.rep, err
 	}
 	if n := f.rep.BadCopies(); n > 0 || f.rep.Unreadable() > 0 {
-		s.log.Warn("fsck: bad copies found", "bad", n, "unreadable", f.rep.Unreadable(), "dropped", o.Drop,
+		var refused int64
+		for _, t := range f.rep.Tiers {
+			refused += t.Refused
+		}
+		s.log.Warn("fsck: bad copies found", "bad", n, "unreadable", f.rep.Unreadable(), "refused_by_health", refused, "dropped", o.Drop,
 			"rewritten", f.rep.Rewritten, "objects_lost", f.rep.LostObjects)
 	}
 	return f.rep, nil
@@ -431,7 +466,20 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 	k := o.key(it.idx)
 	o.mu.Unlock()
 
-	n, abandoned, err := f.read(ctx, t, k, buf)
+	// Through the tier's health, as getFrom: a down or bypassed tier is
+	// not asked, and what the read meets tells the machine.
+	h := s.health[it.ti]
+	var n int
+	err := h.Admit(health.Get)
+	refused := err != nil
+	if !refused {
+		n, abandoned, err = f.read(ctx, t, k, buf)
+		if err != nil && ctx.Err() != nil {
+			h.Observe(health.Get, context.Canceled) // the check ended, not the tier
+		} else {
+			h.Observe(health.Get, err)
+		}
+	}
 
 	o.mu.Lock()
 	if ctx.Err() != nil && err != nil {
@@ -460,7 +508,9 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 		s.log.Error("fsck: copy missing", "tier", t.Name(), "key", k.String(), "err", err)
 	default:
 		problem = FsckUnreadable
-		s.logLimited("fsck: copy unreadable", "tier", t.Name(), "key", k.String(), "err", err)
+		if !refused { // a refusal: the change of health was logged once
+			s.logLimited("fsck: copy unreadable", "tier", t.Name(), "key", k.String(), "err", err)
+		}
 	}
 	var bad *FsckBadCopy
 	lost := false
@@ -475,7 +525,7 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 	s.endBusyLocked(o, it.idx, true)
 	o.mu.Unlock()
 
-	f.record(it.ti, n, bad, lost, o.id)
+	f.record(it.ti, n, bad, refused, lost, o.id)
 	if lost {
 		s.lose(o.id, fmt.Errorf("fsck: block %d: its %s copy is %s and no other copy is left: %w", it.idx, t.Name(), problem, tier.ErrNotFound))
 	}
@@ -566,8 +616,9 @@ func (f *fscker) read(ctx context.Context, t tier.Tier, k tier.Key, buf []byte) 
 	}
 }
 
-// record counts one checked copy (n good bytes, or bad) in the report.
-func (f *fscker) record(ti, n int, bad *FsckBadCopy, lost bool, id ObjectID) {
+// record counts one checked copy (n good bytes, or bad; refused: its read
+// was refused by the tier's health) in the report.
+func (f *fscker) record(ti, n int, bad *FsckBadCopy, refused, lost bool, id ObjectID) {
 	if bad != nil && f.o.Name != nil {
 		bad.Path = f.o.Name(id) // outside store locks, before the loss removes the name
 	}
@@ -586,6 +637,9 @@ func (f *fscker) record(ti, n int, bad *FsckBadCopy, lost bool, id ObjectID) {
 		tr.Missing++
 	case FsckUnreadable:
 		tr.Unreadable++
+		if refused {
+			tr.Refused++
+		}
 	}
 	if bad.Dropped {
 		tr.Dropped++

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/internal/testenv"
 	"github.com/ctxmem/ctxmemd/tiering"
 	"github.com/ctxmem/ctxmemd/tiering/faulttier"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
@@ -233,7 +235,8 @@ func waitGCIdle(t *testing.T, s *tiering.Store, d time.Duration) {
 
 // TestFsckUnreadableIsKept: a tier that does not answer (an error, or no
 // answer within the read timeout) makes copies unreadable, not bad:
-// nothing is dropped even with Drop, and the check returns in time.
+// nothing is dropped even with Drop, the check returns in time, and the
+// file reads its bytes once the tier answers again.
 func TestFsckUnreadableIsKept(t *testing.T) {
 	ctx := context.Background()
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, nil)
@@ -262,9 +265,12 @@ func TestFsckUnreadableIsKept(t *testing.T) {
 	if g4r := fsckTier(t, rep, tiering.TierG4); g4r.Unreadable != 4 || g4r.Dropped != 0 {
 		t.Fatalf("fsck of a stalled G4: %+v", rep)
 	}
-	if got, err := readBack(fs.store, id, len(want)); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("read after fsck of an unavailable G4: %v", err)
-	}
+	// The stalled reads took G4 down (fsck goes through its health): its
+	// copies were kept, and read again once a probe finds it answering.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got, err := readBack(fs.store, id, len(want))
+		return err == nil && bytes.Equal(got, want)
+	}, "the file reading its bytes after fsck of an unavailable G4")
 	if _, err := fs.store.Fsck(ctx, tiering.FsckOptions{Tiers: []string{"G3.5"}}); !errors.Is(err, tiering.ErrInvalid) {
 		t.Fatalf("fsck of a tier the store lacks = %v, want ErrInvalid", err)
 	}
@@ -538,4 +544,76 @@ func TestFsckAndGCRaceWriters(t *testing.T) {
 	if rep, err := fs.store.Fsck(ctx, tiering.FsckOptions{}); err != nil || !rep.Clean() {
 		t.Fatalf("final fsck: %+v, %v", rep, err)
 	}
+}
+
+// TestFsckHungG3GoesDown: an fsck over a G3 whose device stops answering
+// (a read that ignores its context, as pread does) goes through G3's
+// health machine: its first reads time out after ReadTimeout each and
+// count as failed calls, five take G3 down, and every copy after that
+// counts unreadable at once, without reaching the device. The check ends
+// in about 5 × ReadTimeout, not N × ReadTimeout (before, each of the N
+// copies waited its timeout: 30 s apiece in the daemon); nothing is
+// dropped. A second fsck with G3 still down reads nothing and says why.
+func TestFsckHungG3GoesDown(t *testing.T) {
+	ctx := context.Background()
+	const blocks, bs, timeout = 40, 64 << 10, 250 * time.Millisecond
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, nil)
+	defer fs.close(t)
+	want := data(9, blocks*bs)
+	id := writeOut(t, fs, want)
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Stall: stall})
+	calls := fs.g3.Calls(faulttier.Get)
+	start := time.Now()
+	rep, err := fs.store.Fsck(ctx, tiering.FsckOptions{Drop: true, Concurrency: 1, ReadTimeout: timeout})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fsck of %d copies in a hung G3: %v; %+v", blocks, took.Round(time.Millisecond), rep.Tiers)
+	if bound := 9 * timeout; took > bound {
+		t.Fatalf("fsck of %d copies in a hung G3 took %v; want about 5 × %v (under %v), the tier down after its failures",
+			blocks, took.Round(time.Millisecond), timeout, bound)
+	}
+	g3r := fsckTier(t, rep, tiering.TierG3)
+	if g3r.Unreadable != blocks || g3r.Dropped != 0 || g3r.Corrupt+g3r.Missing != 0 || rep.Clean() {
+		t.Fatalf("fsck of a hung G3: %+v; want %d unreadable, nothing dropped", g3r, blocks)
+	}
+	if n := fs.g3.Calls(faulttier.Get) - calls; n > 6 {
+		t.Fatalf("fsck made %d reads of a hung G3; want at most 5 (down after them)", n)
+	}
+	if g3r.Refused != blocks-5 {
+		t.Fatalf("fsck: %d copies refused by G3's health; want %d", g3r.Refused, blocks-5)
+	}
+	if g3r.Health != "down" {
+		t.Fatalf("fsck report's G3 health = %q; want down", g3r.Health)
+	}
+	bad, ok := badOf(rep, id)
+	if !ok || bad.Outcome != tiering.FsckKept || bad.Dropped {
+		t.Fatalf("bad copy of the hung G3: %+v", bad)
+	}
+	if h := fs.store.Health(); h[0].State.String() != "down" {
+		t.Fatalf("G3 health after fsck of a hung device: %+v; want down", h[0])
+	}
+	// G3 down: a second check reads nothing, at once, and says why.
+	calls = fs.g3.Calls(faulttier.Get)
+	start = time.Now()
+	rep, err = fs.store.Fsck(ctx, tiering.FsckOptions{Drop: true, ReadTimeout: timeout})
+	if err != nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("fsck with G3 down: %v after %v", err, time.Since(start))
+	}
+	g3r = fsckTier(t, rep, tiering.TierG3)
+	if g3r.Unreadable != blocks || g3r.Refused != blocks || g3r.Dropped != 0 || fs.g3.Calls(faulttier.Get) != calls {
+		t.Fatalf("fsck with G3 down: %+v, %d reads; want every copy refused, none read", g3r, fs.g3.Calls(faulttier.Get)-calls)
+	}
+	if bad, ok := badOf(rep, id); !ok || !strings.Contains(bad.Error, "down") {
+		t.Fatalf("a copy refused with G3 down: %+v; want its error to say G3 is down", bad)
+	}
+	remove()
+	stall.Release() // the device answers: the probe brings G3 back
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got, err := readBack(fs.store, id, len(want))
+		return err == nil && bytes.Equal(got, want)
+	}, "G3 back up and the file reading its bytes")
 }

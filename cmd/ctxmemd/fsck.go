@@ -184,7 +184,7 @@ func writeFsck(w io.Writer, rep tiering.FsckReport, took time.Duration) {
 	for _, t := range rep.Tiers {
 		checked += t.Checked
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Tier, t.Checked, config.HumanSize(t.Bytes),
-			t.Corrupt, t.Missing, t.Unreadable, t.Skipped, t.Dropped, t.NotChecked)
+			t.Corrupt, t.Missing, t.Unreadable, t.Skipped, t.Dropped, fsckNote(t))
 	}
 	tw.Flush()
 	if len(rep.Bad) > 0 {
@@ -218,6 +218,29 @@ func writeFsck(w io.Writer, rep tiering.FsckReport, took time.Duration) {
 		fmt.Fprintf(w, "fsck: %s dropped, %d unreadable kept (of %d checked); %s rewritten from G2, %s lost\n",
 			plural(bad, "bad copy"), unread, checked, plural(rep.Rewritten, "block"), plural(rep.LostObjects, "object"))
 	}
+}
+
+// fsckNote is the NOTE column of a tier's row: why it was not checked, or
+// its health when that is not up (and how many copies its health kept
+// fsck from reading).
+func fsckNote(t tiering.FsckTierReport) string {
+	if t.NotChecked != "" {
+		return t.NotChecked
+	}
+	note := ""
+	if t.Health != "" && t.Health != "up" {
+		note = strings.ToUpper(t.Health)
+		if t.HealthReason != "" {
+			note += " (" + t.HealthReason + ")"
+		}
+	}
+	if t.Refused > 0 {
+		if note != "" {
+			note += "; "
+		}
+		note += plural(t.Refused, "copy") + " not read: the tier was down or bypassed"
+	}
+	return note
 }
 
 // offlineReport is what fsck --offline prints as JSON.

@@ -1,8 +1,8 @@
 // Package health is the state machine the tiering core keeps for each
 // tier below G2 (G3, G3.5, G4): it is fed the outcome of the puts and gets
-// of the data path (write-back, eviction, sink, share, promotion; fsck and
-// gc read and list the tiers directly, with their own timeouts), and it
-// decides whether the next one is tried at all.
+// of the data path (write-back, eviction, sink, share, promotion) and of
+// fsck's reads (gc lists and deletes directly, with its own timeouts),
+// and it decides whether the next one is tried at all.
 //
 // A tier is in one of four states:
 //
@@ -241,7 +241,8 @@ func (m *Machine) RoomMade() {
 }
 
 // Refusing reports whether Admit(op) would refuse a call now, without
-// letting a probe through (a Down tier whose probe is due is not refusing).
+// letting a probe through (a Down tier whose probe is due is not refusing,
+// unless only its owner probes it: Config.ProbeOnly).
 func (m *Machine) Refusing(op Op) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -250,7 +251,7 @@ func (m *Machine) Refusing(op Op) bool {
 	case Bypassed:
 		return true
 	case Down:
-		return now.Before(m.probeAt)
+		return m.cfg.ProbeOnly || now.Before(m.probeAt)
 	}
 	return op == Put && m.full && now.Before(m.fullRetryAt)
 }
