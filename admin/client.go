@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -155,13 +156,23 @@ const requestTimeout = 45 * time.Second
 
 // dialError names why a request could not reach the daemon: a socket the
 // caller may not open (it is mode 0600, the daemon's user only) wraps
-// ErrPermission, one nobody listens on ErrNotRunning.
+// ErrPermission; one nobody listens on, or a daemon that took the
+// connection and closed it or sent nothing in time (still starting, hung,
+// stopping), ErrNotRunning.
 func (c *Client) dialError(ctx context.Context, method, path string, err error) error {
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil { // the client's timeout, not the caller's deadline
-			return fmt.Errorf("%w on %s: it took the connection but sent no answer to %s %s in time (a hung or stopped daemon? see its log): %v",
+			return fmt.Errorf("%w on %s: the daemon is not answering: it took the connection but sent no answer to %s %s in time (still starting, hung or stopped? see its log): %v",
+				ErrNotRunning, c.socket, method, path, err)
+		}
+		if ctx.Err() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			// A daemon binds its socket before it mounts and serves it
+			// once up: a request sent meanwhile waits unaccepted, and is
+			// reset if that daemon exits (its start failed) or closes
+			// the connection while stopping.
+			return fmt.Errorf("%w on %s: the daemon closed the connection without answering %s %s (still starting, or it stopped; see its log): %v",
 				ErrNotRunning, c.socket, method, path, err)
 		}
 		return fmt.Errorf("admin: %s %s: %w", method, path, err)

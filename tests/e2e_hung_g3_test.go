@@ -234,17 +234,31 @@ func (v *freezableDevice) resume(t *testing.T) {
 func startOnFreezableG3(t *testing.T, opts harness.Options) (*freezableDevice, *harness.Daemon) {
 	t.Helper()
 	bin := needE2E(t)
-	dev := &freezableDevice{Daemon: harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "0", G4: "none", Extra: []string{"--passthrough=false"}})}
+	dev := startFreezableDevice(t, bin)
 	g3dir := filepath.Join(dev.Namespace(), "g3")
 	if err := os.Mkdir(g3dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	opts.Extra = append([]string{"--g3-dir", g3dir}, opts.Extra...)
 	d := harness.Start(t, bin, opts)
+	dev.resumeAtCleanup(t)
+	return dev, d
+}
+
+// startFreezableDevice starts the daemon whose mount is a freezableDevice
+// (passthrough off: every read of its files is a request to it).
+func startFreezableDevice(t *testing.T, bin string) *freezableDevice {
+	t.Helper()
+	return &freezableDevice{Daemon: harness.Start(t, bin, harness.Options{DRAM: "256MiB", G3Size: "0", G4: "none", Extra: []string{"--passthrough=false"}})}
+}
+
+// resumeAtCleanup resumes the device at cleanup if it is left frozen.
+// Call it after starting whatever uses the device: cleanups run last
+// first, so this one then runs before theirs, which would wait on it.
+func (v *freezableDevice) resumeAtCleanup(t *testing.T) {
 	t.Cleanup(func() {
-		if dev.frozen {
-			_ = dev.Signal(syscall.SIGCONT)
+		if v.frozen {
+			_ = v.Signal(syscall.SIGCONT)
 		}
 	})
-	return dev, d
 }

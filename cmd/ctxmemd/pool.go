@@ -54,8 +54,16 @@ func (d *daemon) openPool(ctx context.Context) error {
 	if ps.path == "" {
 		return withCode(exitUsage, errors.New("pool: no device: set pool, or pool_targets that expose a namespace"))
 	}
-	p, err := pool.Open(ps.path, pool.OpenOptions{})
+	d.log.Info("opening G3.5 pool", "path", ps.path, "timeout", cfg.LocalReadTimeout)
+	p, err := openPoolBounded(ctx, ps.path, cfg.LocalReadTimeout)
+	if errors.Is(err, errPoolNoAnswer) {
+		d.log.Error("G3.5 pool does not answer: not starting", "path", ps.path, "timeout", cfg.LocalReadTimeout, "err", err)
+		return withCode(exitFailure, err) // systemd's Restart= tries again
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
 		return withCode(exitUsage, fmt.Errorf("open pool %s (format it with `ctxmemd pool format`, or change --pool): %w", ps.path, err))
 	}
 	sb := p.Superblock()
@@ -87,6 +95,54 @@ func (d *daemon) openPool(ctx context.Context) error {
 	d.log.Info("G3.5 pool open", "path", ps.path, "pool", sb.UUID(), "extents", sb.ExtentCount,
 		"extent_size", sb.ExtentSize, "io", p.Mode())
 	return nil
+}
+
+// poolOpen opens a pool device (pool.Open; a test replaces it).
+var poolOpen = func(path string) (*pool.Pool, error) { return pool.Open(path, pool.OpenOptions{}) }
+
+// errPoolNoAnswer marks openPoolBounded's error for a pool device that
+// did not answer in time.
+var errPoolNoAnswer = errors.New("the pool device does not answer (a hung device?)")
+
+// openPoolBounded opens the pool at path, giving up after d (the
+// configured local_read_timeout): opening it is an open(2) and a pread of
+// its superblock, which no context interrupts, and a daemon whose pool
+// device hangs (a dead NVMe-oF path, a frozen filesystem) waited for it
+// forever before it mounted, logging nothing. The open runs on its own
+// goroutine; past d (or when ctx ends) it is left to finish there, and a
+// pool it opens late is closed. The error past d wraps errPoolNoAnswer
+// and names the path and the bound.
+func openPoolBounded(ctx context.Context, path string, d time.Duration) (*pool.Pool, error) {
+	type result struct {
+		p   *pool.Pool
+		err error
+	}
+	ch := make(chan result, 1)
+	open := poolOpen
+	go func() { // owned by this call, or by the closer below once given up
+		p, err := open(path)
+		ch <- result{p, err}
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	giveUp := func() {
+		go func() {
+			if r := <-ch; r.p != nil {
+				r.p.Close()
+			}
+		}()
+	}
+	select {
+	case r := <-ch:
+		return r.p, r.err
+	case <-ctx.Done():
+		giveUp()
+		return nil, ctx.Err()
+	case <-timer.C:
+		giveUp()
+		return nil, fmt.Errorf("open pool %s: no answer within %v (local_read_timeout): %w; not starting without the G3.5 pool this host is configured with (fix or detach the device, or run without --pool)",
+			path, d, errPoolNoAnswer)
+	}
 }
 
 // poolLink returns the interface to watch for the pool: the configured
