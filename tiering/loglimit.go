@@ -1,6 +1,7 @@
 package tiering
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -9,9 +10,9 @@ import (
 // from a hot failure path (a dead or full tier fails every block).
 const logEvery = 10 * time.Second
 
-// logLimiter rate-limits warnings by message: the first line of a message
-// is logged at once, later ones at most once per logEvery with the number
-// suppressed in between ("suppressed").
+// logLimiter rate-limits warnings by key (a message, and its tier): the
+// first line of a key is logged at once, later ones at most once per
+// logEvery with the number suppressed in between ("suppressed").
 type logLimiter struct {
 	mu   sync.Mutex
 	last map[string]*limitState
@@ -44,9 +45,19 @@ func (l *logLimiter) allow(msg string, now time.Time) (bool, int) {
 	return true, n
 }
 
-// logLimited logs a warning, rate-limited per message (see logLimiter).
+// logLimited logs a warning, rate-limited per message and tier (see
+// logLimiter; the tier is the value of a "tier" attribute in args, if
+// any): one tier's failures are never counted as suppressed lines of
+// another's, so a line names the tier that failed.
 func (s *Store) logLimited(msg string, args ...any) {
-	ok, n := s.logLim.allow(msg, time.Now())
+	key := msg
+	for i := 0; i+1 < len(args); i += 2 {
+		if a, ok := args[i].(string); ok && a == "tier" {
+			key = fmt.Sprint(msg, "\x00", args[i+1])
+			break
+		}
+	}
+	ok, n := s.logLim.allow(key, time.Now())
 	if !ok {
 		return
 	}

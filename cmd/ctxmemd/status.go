@@ -16,6 +16,7 @@ import (
 	"github.com/ctxmem/ctxmemd/admin"
 	"github.com/ctxmem/ctxmemd/config"
 	"github.com/ctxmem/ctxmemd/hitratio"
+	"github.com/ctxmem/ctxmemd/tiering"
 )
 
 func statusCommand() *cli.Command {
@@ -65,6 +66,37 @@ func statusCommand() *cli.Command {
 	}
 }
 
+// tierState is a tier's STATE column: its health as `status --json`
+// reports it (health, health_reason): up, DEGRADED, DOWN or BYPASSED with
+// the reason, FULL for a tier degraded by a full device; DEGRADED too while
+// a tier is recovering or its backend reports itself unhealthy (degraded
+// with health up). G2, which has no health machine, is "ok".
+func tierState(t tiering.TierUsage) string {
+	switch {
+	case t.Recovering:
+		return "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
+	case t.Health == "bypassed":
+		return fmt.Sprintf("BYPASSED (%s; not used until the bypass is lifted)", t.HealthReason)
+	case t.Health == "down":
+		return fmt.Sprintf("DOWN (%s; not used until a probe succeeds)", t.HealthReason)
+	case t.Health == "degraded" && t.Full && (t.HealthReason == "full" || t.HealthReason == ""):
+		return "FULL (health degraded: no space for new blocks)"
+	case t.Health == "degraded":
+		state := fmt.Sprintf("DEGRADED (%s)", t.HealthReason)
+		if t.Full {
+			state += "; FULL (no space for new blocks)"
+		}
+		return state
+	case t.Degraded:
+		return "DEGRADED (backend not answering)"
+	case t.Full:
+		return "FULL (no space for new blocks)"
+	case t.Health != "":
+		return t.Health
+	}
+	return "ok"
+}
+
 // writeStatus prints st as human tables.
 func writeStatus(w io.Writer, st admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -79,20 +111,7 @@ func writeStatus(w io.Writer, st admin.Status) error {
 			capTxt = config.HumanSize(t.CapacityBytes)
 			use = fmt.Sprintf("%.1f%%", 100*float64(t.UsedBytes)/float64(t.CapacityBytes))
 		}
-		state := "ok"
-		switch {
-		case t.Recovering:
-			state = "DEGRADED (started during an outage: listing pending; blocks only here read as EIO)"
-		case t.Health == "bypassed":
-			state = fmt.Sprintf("BYPASSED (%s; not used until the bypass is lifted)", t.HealthReason)
-		case t.Health == "down":
-			state = fmt.Sprintf("DOWN (%s; not used until a probe succeeds)", t.HealthReason)
-		case t.Degraded:
-			state = "DEGRADED (backend not answering)"
-		case t.Full:
-			state = "FULL (no space for new blocks)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks, state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, config.HumanSize(t.UsedBytes), capTxt, use, t.Blocks, tierState(t))
 	}
 	s := st.Stats
 	if s.Degraded != "" {
