@@ -70,7 +70,9 @@ type Tier struct {
 	r      *pool.Reader
 	opts   Options
 	bypass atomic.Bool
-	closed atomic.Bool
+	// probeGate keeps probes of a hung device from piling up (Probe).
+	probeGate tier.ProbeGate
+	closed    atomic.Bool
 
 	events  chan Event // Events; sends never block
 	dropped atomic.Int64
@@ -128,28 +130,19 @@ func (t *Tier) SetBypass(on bool) { t.bypass.Store(on) }
 
 // Probe implements tier.Prober: it opens the pool device (or file) anew
 // and reads its superblock page, so a device that came back under the
-// same path after a reconnect counts as answering.
+// same path after a reconnect counts as answering. One probe at a time
+// goes into the device (tier.ProbeGate): while one is stuck there, the
+// next fails at once with tier.ErrUnavailable.
 func (t *Tier) Probe(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { // owner: this call; a hung read is left behind, bounded by ctx for the caller
+	return t.probeGate.Run(ctx, "G3.5 probe "+t.p.Path(), func() error {
 		f, err := os.Open(t.p.Path())
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
 		defer f.Close()
 		_, err = f.ReadAt(make([]byte, 4096), 0)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("G3.5 probe %s: %w", t.p.Path(), err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("G3.5 probe %s: %w", t.p.Path(), ctx.Err())
-	}
+		return err
+	})
 }
 
 // Bypassed reports whether the tier is in bypass.

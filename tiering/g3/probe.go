@@ -2,7 +2,6 @@ package g3
 
 import (
 	"context"
-	"fmt"
 
 	"golang.org/x/sys/unix"
 
@@ -14,9 +13,11 @@ import (
 // segment from the device (with O_DIRECT where the store uses it, so the
 // page cache cannot answer for a dead disk). A store with no active
 // segment yet checks that its directory can be read. The read runs on a
-// goroutine of its own (owner: this call; a read stuck in the kernel ends
-// when the device answers or fails), so Probe returns when ctx ends.
-// Errors: tier.ErrClosed, the device's error, ctx's error.
+// goroutine of its own (tier.ProbeGate; a read stuck in the kernel ends
+// when the device answers or fails), so Probe returns when ctx ends, and
+// while it is stuck the next Probe fails at once rather than sending
+// another. Errors: tier.ErrClosed, tier.ErrUnavailable (an earlier probe
+// has not returned), the device's error, ctx's error.
 func (s *Store) Probe(ctx context.Context) error {
 	s.mu.RLock()
 	if s.closed {
@@ -32,26 +33,15 @@ func (s *Store) Probe(ctx context.Context) error {
 		}
 	}
 	s.mu.RUnlock()
-	done := make(chan error, 1)
-	go func() {
+	return s.probeGate.Run(ctx, "G3 probe "+path, func() error {
 		fd, err := unix.Open(path, flags, 0)
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
 		defer unix.Close(fd)
 		if flags&unix.O_DIRECTORY == 0 {
 			_, err = unix.Pread(fd, directio.AlignedAlloc(segHeaderLen), 0)
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("G3 probe %s: %w", path, err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("G3 probe %s: %w", path, ctx.Err())
-	}
+		return err
+	})
 }

@@ -26,12 +26,14 @@ import (
 // the per-segment bookkeeping; rollMu serialises segment roll-over and
 // reclaim (it is held while OnEvict runs). No I/O happens under mu.
 type Store struct {
-	opts     Options
-	log      *slog.Logger
-	direct   bool
-	maxBlock int
-	lockFD   int
-	bufs     directio.BufPool
+	opts Options
+	// probeGate keeps probes of a hung device from piling up (Probe).
+	probeGate tier.ProbeGate
+	log       *slog.Logger
+	direct    bool
+	maxBlock  int
+	lockFD    int
+	bufs      directio.BufPool
 
 	rollMu sync.Mutex
 	// dirDirty is set when a segment file is created, renamed or removed
