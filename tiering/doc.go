@@ -268,15 +268,17 @@
 // meta.go documents the records and the rules (bbolt with NoSync: records
 // survive kill -9, not a power cut). In short: an object is recorded dirty
 // before its first change after a clean record (markMetaDirty) and clean
-// only when no block is dirty and no stale copy is left (object.clean),
+// only when no block is dirty and no stale copy is left but a G4-wins
+// block's old G3 copy, which the record names (object.clean, g4Wins),
 // once idle (cleanLoop), at Flush or at Close (persistAllClean). Open
 // (recover) drops objects recorded dirty and clean objects with a written
 // block missing from G3 and G4 (assumed in G4 until reconcileG4 when G4
 // could not be listed), except that device-class objects (NBD exports)
 // recorded dirty are rebuilt from the blocks found (recoverDevice); where
-// G3 and G4 both hold a key G3 wins. Flush returns once the blocks written
+// G3 and G4 both hold a key G3 wins, except for a clean record's G4-wins
+// blocks (object.g4Wins). Flush returns once the blocks written
 // before it are below G2 and the record is clean (for a device-class
 // object, flushDevice: recorded and no stale copy left), after asking G3 to
-// Sync (syncTiers), so those bytes survive kill -9; a G2-only store keeps
-// nothing across a restart.
+// Sync (syncTiers) when a block has its only copy there, so those bytes
+// survive kill -9; a G2-only store keeps nothing across a restart.
 package tiering

@@ -509,17 +509,26 @@ func writtenBackToG3(t *testing.T, fs *faultStack, n, bs int) ([]tiering.ObjectI
 // TestHungG3WriteIsBounded: write-back into a G3 whose device stops
 // answering (a put that ignores its context, as pwrite does) fails each
 // put after LocalWriteTimeout, counted in LocalWritesAbandoned; five take
-// G3 down and write-back of other blocks goes to G4, so their fsync
-// returns. The blocks whose put is still in flight are fenced: they stay
-// dirty in G2 (fsync of their file fails at once), a rewrite of them is
-// not put anywhere until the late put returns, and then it is written
-// back over it. After a restart every file reads its latest bytes: the
-// late put's copy (an older version of the block, in G3, which wins over
-// G4 at recovery) never shadows a newer one in G4: it is recorded stale
-// and deleted (lateLanded). Before, a write-back put
-// waited as long as the device did, G3 never went down, and every write
-// waited WriteTimeout (30 s) and failed with EIO.
+// G3 down and write-back goes to G4. A block whose put is still in flight
+// in G3 (a late put, whose older copy would win over G4's at recovery):
+//   - of a cache-class object (a file) is written back to G4 anyway, its
+//     G3 copy recorded stale, so the record names the block G4-wins and
+//     the fsync returns;
+//   - of a device-class object (an NBD export, whose recovery keeps every
+//     copy found) is fenced: it stays dirty in G2 (a flush fails at once),
+//     and a rewrite of it is not put anywhere until the late put returns;
+//     then it is written back over it.
+//
+// After a restart every object reads its latest bytes: the late put's
+// copy never shadows a newer one in G4 (lateLanded, lateG3Stale). Before,
+// a write-back put waited as long as the device did, G3 never went down,
+// and every write waited WriteTimeout (30 s) and failed with EIO.
 func TestHungG3WriteIsBounded(t *testing.T) {
+	t.Run("cache", func(t *testing.T) { testHungG3Write(t, false) })
+	t.Run("device", func(t *testing.T) { testHungG3Write(t, true) })
+}
+
+func testHungG3Write(t *testing.T, device bool) {
 	ctx := context.Background()
 	const timeout, size = 200 * time.Millisecond, 1 << 20
 	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, true, func(c *tiering.Config) { c.LocalWriteTimeout = timeout })
@@ -529,9 +538,14 @@ func TestHungG3WriteIsBounded(t *testing.T) {
 	removeProbe := fs.g3.Inject(faulttier.Fault{Op: faulttier.Probe, Stall: stall}) // a hung device answers nothing
 	create := func(seed uint64) (tiering.ObjectID, []byte) {
 		want := data(seed, size)
-		id, err := fs.store.Create("ns", 64<<10, "file")
-		if err != nil {
-			t.Fatal(err)
+		var id tiering.ObjectID
+		if device {
+			id = newExport(t, fs, 64<<10, size/(64<<10))
+		} else {
+			var err error
+			if id, err = fs.store.Create("ns", 64<<10, "file"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
 			t.Fatal(err)
@@ -542,8 +556,11 @@ func TestHungG3WriteIsBounded(t *testing.T) {
 	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	err := fs.store.Flush(fctx, first)
 	cancel()
-	if !errors.Is(err, tier.ErrUnavailable) {
-		t.Fatalf("flush of a file whose blocks' puts hang: %v; want tier.ErrUnavailable", err)
+	if device && !errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("flush of an export whose blocks' puts hang: %v; want tier.ErrUnavailable", err)
+	}
+	if !device && err != nil {
+		t.Fatalf("flush of a file whose blocks' G3 puts hang: %v; want it written back to G4", err)
 	}
 	if n := fs.store.Stats().LocalWritesAbandoned; n < 5 {
 		t.Fatalf("LocalWritesAbandoned = %d after flushing past a hung G3; want at least 5", n)
@@ -553,11 +570,15 @@ func TestHungG3WriteIsBounded(t *testing.T) {
 	}
 	second, secondBytes := create(32) // G3 down: straight to G4
 	flushWithin(t, fs.store, second, 20*time.Second)
-	// A rewrite of the fenced file: not written back while the late puts
-	// are out (else G4's newer copy would lose to them after a restart).
+	// A rewrite of the first object: an export's is not written back while
+	// the late puts are out (else G4's newer copy would lose to them after
+	// a restart), a file's goes to G4 recorded G4-wins.
 	firstV2 := data(33, size)
 	if _, err := fs.store.WriteAt(ctx, first, firstV2, 0); err != nil {
 		t.Fatal(err)
+	}
+	if !device {
+		flushWithin(t, fs.store, first, 20*time.Second)
 	}
 	// From now on G3 refuses puts (a full or failing disk), so the
 	// rewrite goes to G4 only: the late puts' older copies in G3 must not
@@ -570,7 +591,7 @@ func TestHungG3WriteIsBounded(t *testing.T) {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		return fs.store.Flush(fctx, first) == nil
-	}, "the fenced file flushing once the late puts returned")
+	}, "the first object flushing once the late puts returned")
 	for _, c := range []struct {
 		id   tiering.ObjectID
 		want []byte
@@ -627,4 +648,99 @@ func TestHungG3WithoutG4FailsWritersFast(t *testing.T) {
 	t.Logf("flush failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	stall.Release()
 	fs.close(t)
+}
+
+// TestRewriteWithG3DownFlushesToG4: a file written back to G3 is
+// rewritten in place while G3 is hung and down. The rewrite goes to G4,
+// and the old G3 copy of each key cannot be deleted. The fsync still
+// returns at once: the record names those blocks as G4-wins
+// (objectRecord.G4Wins), and no delete is sent into the down device. After
+// a restart with the old copies still in G3, the file reads the rewrite,
+// and GC deletes the old copies. Before, each stale-copy delete waited
+// LocalWriteTimeout in the hung device and the object stayed unrecorded
+// until one succeeded: the fsync waited WriteTimeout and failed.
+func TestRewriteWithG3DownFlushesToG4(t *testing.T) {
+	ctx := context.Background()
+	const bs, size = 64 << 10, 512 << 10
+	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, true, func(c *tiering.Config) {
+		c.LocalWriteTimeout = 200 * time.Millisecond
+		c.LocalReadTimeout = 200 * time.Millisecond
+		c.WriteTimeout = time.Minute
+	})
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := data(41, size)
+	if _, err := fs.store.WriteAt(ctx, id, v1, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if fs.g3.Calls(faulttier.Put) < size/bs {
+		t.Fatalf("only %d G3 puts for the first version", fs.g3.Calls(faulttier.Put))
+	}
+	// The device stops answering; other files' puts take G3 down.
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	var removes []func()
+	for _, op := range []faulttier.Op{faulttier.Put, faulttier.Get, faulttier.Delete, faulttier.Probe} {
+		removes = append(removes, fs.g3.Inject(faulttier.Fault{Op: op, Stall: stall}))
+	}
+	for i := 0; tierHealth(t, fs.store, tiering.TierG3).State != health.Down; i++ {
+		if i == 40 {
+			t.Fatal("G3 not down after 40 files written into its hung device")
+		}
+		other, err := fs.store.Create("ns", bs, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, other, data(uint64(100+i), bs), 0); err != nil {
+			t.Fatal(err)
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = fs.store.Flush(fctx, other) // fails while its put is out
+		cancel()
+	}
+	deletes := fs.g3.Calls(faulttier.Delete)
+	v2 := data(42, size)
+	if _, err := fs.store.WriteAt(ctx, id, v2, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	flushWithin(t, fs.store, id, 5*time.Second)
+	t.Logf("rewrite of %d KiB flushed with G3 down in %v", size>>10, time.Since(start).Round(time.Millisecond))
+	if n := fs.g3.Calls(faulttier.Delete) - deletes; n != 0 {
+		t.Fatalf("%d deletes sent into the down G3", n)
+	}
+	if got := readAll(t, fs.store, id, size); !bytes.Equal(got, v2) {
+		t.Fatal("the rewrite reads other bytes before the restart")
+	}
+	// Stop with G3 still hung: the store says so, and its owner leaves G3
+	// open (closing it would wait for the calls still in its device).
+	if err := fs.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !fs.store.BlockedIn(tiering.TierG3) {
+		t.Fatal("BlockedIn(G3) is false with puts still in the hung device")
+	}
+	for _, r := range removes {
+		r()
+	}
+	stall.Release() // the late puts land: their objects were never recorded clean
+	testenv.Eventually(t, 10*time.Second, func() bool { return !fs.store.BlockedIn(tiering.TierG3) }, "the late calls returning")
+	fs.g3s.Close()
+	fs.g4t.Close()
+	fs.open(t, true)
+	defer fs.close(t)
+	k := tier.Key{Namespace: "ns", Object: uint64(id), Index: 0, Gen: 1}
+	if _, err := fs.g3s.Stat(ctx, k); err != nil {
+		t.Fatalf("the old G3 copy is gone before the restart's GC: %v (the test no longer shows G4 winning)", err)
+	}
+	if got := readAll(t, fs.store, id, size); !bytes.Equal(got, v2) {
+		t.Fatalf("the rewrite reads other bytes after a restart (the old version: %v)", bytes.Equal(got, v1))
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, err := fs.g3s.Stat(ctx, k)
+		return errors.Is(err, tier.ErrNotFound)
+	}, "GC deleting the old G3 copy after the restart")
 }

@@ -2,9 +2,11 @@ package tiering
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/ctxmem/ctxmemd/tiering/health"
 	"github.com/ctxmem/ctxmemd/tiering/tier"
 )
 
@@ -207,6 +209,13 @@ func (s *Store) gcOne(ctx context.Context, it gcItem) (gcItem, bool) {
 		s.gcDone(it)
 		s.c.gcDeleted.Add(1)
 		return it, true
+	}
+	if errors.Is(err, health.ErrRefused) || errors.Is(err, errFenced) {
+		// Not tried (the tier is down or bypassed, or a late call of the
+		// key is out): no failure, no backoff, checked again once the
+		// tier may have been probed up.
+		it.due = s.clk.Now().Add(probeInterval)
+		return it, false
 	}
 	s.c.gcFailed.Add(1)
 	it.tries++

@@ -589,9 +589,10 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			if o.metaDirty && !s.volatile {
 				err = s.persistCleanLocked(o)
 			}
+			onlyG3 := onlyInG3Locked(o)
 			o.mu.Unlock()
-			if err != nil {
-				return err
+			if err != nil || !onlyG3 {
+				return err // no block of it has G3 as its only copy: no G3 sync to wait for (nor to fail on)
 			}
 			return s.syncTiers(ctx)
 		}
@@ -633,6 +634,12 @@ type syncer interface {
 	Sync(ctx context.Context) error
 }
 
+// syncTiers asks G3 to make the blocks written to it durable against
+// power loss (its Sync: fdatasync), bounded by Config.LocalWriteTimeout.
+// A G3 that is down or bypassed is not asked (tier.ErrUnavailable at
+// once): what a flush wrote there can then be neither made durable nor
+// read. Flush calls it only for an object with a block whose only copy
+// below G2 is in G3 (onlyInG3Locked).
 func (s *Store) syncTiers(ctx context.Context) error {
 	sy, ok := s.g3.(syncer)
 	if !ok {
@@ -644,16 +651,33 @@ func (s *Store) syncTiers(ctx context.Context) error {
 	if s.syncLate.Load() {
 		return fmt.Errorf("sync %s: an earlier sync has not returned (a hung device?): %w", s.g3.Name(), tier.ErrUnavailable)
 	}
+	h := s.health[tiG3]
+	if err := h.Admit(health.PutLast); err != nil { // refused when down or bypassed
+		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
+	}
 	var err error
-	if !bounded(s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) },
+	if !s.bounded(tiG3, s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) },
 		func() { s.syncLate.Store(true) }, func() { s.syncLate.Store(false) }) {
 		s.c.writesAbandoned.Add(1)
 		err = fmt.Errorf("no answer within %v (a hung device?): %w", s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}
+	h.Observe(health.Get, err)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 	}
 	return nil
+}
+
+// onlyInG3Locked reports whether a block of o has its only copy below G2
+// in G3 (none in G4), which only a G3 sync makes durable against power
+// loss. o.mu held.
+func onlyInG3Locked(o *object) bool {
+	for _, b := range o.blocks.all() {
+		if b.in.has(tiG3) && !b.in.has(tiG4) {
+			return true
+		}
+	}
+	return false
 }
 
 // Discard makes the byte range [off, off+length) of the object read as
@@ -781,9 +805,16 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 				delete(snap, idx) // a dropped block's copies are gone
 			}
 		}
+		// A G3 that refuses (down, bypassed) is not synced when no block
+		// has its only copy there (the check walks every block, so only
+		// then; an up G3 is synced as always).
+		needSync := len(snap) == 0 && (!s.health[tiG3].Refusing(health.PutLast) || onlyInG3Locked(o))
 		ch := o.flushWaitLocked()
 		o.mu.Unlock()
 		if len(snap) == 0 {
+			if !needSync {
+				return nil
+			}
 			return s.syncTiers(ctx)
 		}
 		select {

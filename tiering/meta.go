@@ -30,6 +30,11 @@ import (
 // rebuilt from the blocks of its generation found below G2
 // (recoverDevice). A clean record lists every written block; each must be
 // found in G3 or G4 or the object is lost. Unlisted blocks are holes.
+// Where G3 and G4 both hold a block, G3's copy wins (it was written
+// later), except for the blocks the record lists as G4-wins
+// (objectRecord.G4Wins: written back to G4 while G3 was down or hung, the
+// older G3 copy not yet deleted), which must be in G4, and whose G3 copy
+// is deleted.
 //
 // The record carries the object's durability class by name
 // ("durability": "cache" or "device"). A record written before classes
@@ -76,6 +81,11 @@ type objectRecord struct {
 	State      string    `json:"state"`
 	// Written lists written block indexes as [first, last] runs.
 	Written [][2]uint32 `json:"written,omitempty"`
+	// G4Wins lists, as [first, last] runs, the written blocks of a clean
+	// record whose G3 copy is older than their G4 one (written back to G4
+	// while G3 was down or hung, the old G3 copy not deleted yet): recovery
+	// takes the G4 copy and deletes the G3 one instead of G3 winning.
+	G4Wins [][2]uint32 `json:"g4wins,omitempty"`
 }
 
 func idKey(id ObjectID) []byte {
@@ -210,12 +220,14 @@ func decodeObjectRecord(v []byte) (objectRecord, error) {
 			return objectRecord{}, fmt.Errorf("object record: %w", err)
 		}
 	}
-	next := int64(0) // least index the next run may start at
-	for _, r := range rec.Written {
-		if int64(r[0]) < next || r[0] > r[1] {
-			return objectRecord{}, fmt.Errorf("object record: written runs %v not ascending", rec.Written)
+	for _, runs := range [...][][2]uint32{rec.Written, rec.G4Wins} {
+		next := int64(0) // least index the next run may start at
+		for _, r := range runs {
+			if int64(r[0]) < next || r[0] > r[1] {
+				return objectRecord{}, fmt.Errorf("object record: runs %v not ascending", runs)
+			}
+			next = int64(r[1]) + 1
 		}
-		next = int64(r[1]) + 1
 	}
 	return rec, nil
 }

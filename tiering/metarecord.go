@@ -32,8 +32,10 @@ import (
 //	uvarint  number of written runs, then per run:
 //	uvarint  first - (previous last + 1) (the first run: first)
 //	uvarint  last - first
+//	         (only with flag 8) the G4-wins runs, in the same form
 //
-// Nothing follows the last run. About 30 bytes for a one-run record,
+// Nothing follows the last run. A build before flag 8 reads a record
+// with it as damaged (its object is dropped as lost). About 30 bytes for a one-run record,
 // against about 160 in JSON (issue 17: metadata on disk per file).
 const recordV1 = 0x01
 
@@ -41,6 +43,7 @@ const (
 	recPinned  = 1 << 0
 	recDirty   = 1 << 1
 	recCreated = 1 << 2
+	recG4Wins  = 1 << 3 // objectRecord.G4Wins follows the written runs
 )
 
 // errRecordShort: a binary record ends before its last field.
@@ -78,6 +81,9 @@ func encodeObjectRecord(rec *objectRecord) ([]byte, error) {
 	if !rec.Created.IsZero() {
 		flags |= recCreated
 	}
+	if len(rec.G4Wins) > 0 {
+		flags |= recG4Wins
+	}
 	b := make([]byte, 0, 24+len(rec.Namespace)+len(rec.Kind)+4*len(rec.Written))
 	b = append(b, recordV1)
 	b = binary.AppendUvarint(b, uint64(len(rec.Namespace)))
@@ -92,11 +98,24 @@ func encodeObjectRecord(rec *objectRecord) ([]byte, error) {
 		b = binary.AppendVarint(b, rec.Created.Unix())
 		b = binary.AppendUvarint(b, uint64(rec.Created.Nanosecond()))
 	}
-	b = binary.AppendUvarint(b, uint64(len(rec.Written)))
+	b, err := appendRuns(b, "written", rec.Written)
+	if err != nil {
+		return nil, err
+	}
+	if flags&recG4Wins != 0 {
+		return appendRuns(b, "G4-wins", rec.G4Wins)
+	}
+	return b, nil
+}
+
+// appendRuns appends runs (what names them in errors) in recordV1's run
+// form. Errors: runs that are not ascending and disjoint.
+func appendRuns(b []byte, what string, runs [][2]uint32) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(runs)))
 	next := uint64(0)
-	for _, r := range rec.Written {
+	for _, r := range runs {
 		if uint64(r[0]) < next || r[0] > r[1] {
-			return nil, fmt.Errorf("object record: written runs %v not ascending", rec.Written)
+			return nil, fmt.Errorf("object record: %s runs %v not ascending", what, runs)
 		}
 		b = binary.AppendUvarint(b, uint64(r[0])-next)
 		b = binary.AppendUvarint(b, uint64(r[1]-r[0]))
@@ -142,7 +161,7 @@ func parseObjectRecord(v []byte) (objectRecord, error) {
 	rec.Size = int64(size)
 	rec.Gen = d.uvarint()
 	flags := d.byte()
-	if flags&^(recPinned|recDirty|recCreated) != 0 {
+	if flags&^(recPinned|recDirty|recCreated|recG4Wins) != 0 {
 		d.fail(fmt.Errorf("flags %#x", flags))
 	}
 	rec.Pinned = flags&recPinned != 0
@@ -157,24 +176,9 @@ func parseObjectRecord(v []byte) (objectRecord, error) {
 		}
 		rec.Created = time.Unix(sec, int64(ns)).UTC()
 	}
-	n := d.uvarint()
-	if n > uint64(len(d.b))/2 { // every run takes two bytes at least
-		d.fail(fmt.Errorf("%d runs in %d bytes", n, len(d.b)))
-		n = 0
-	}
-	if n > 0 {
-		rec.Written = make([][2]uint32, 0, n)
-	}
-	next := uint64(0)
-	for range n {
-		first := next + d.uvarint()
-		last := first + d.uvarint()
-		if last > 1<<32-1 || d.err != nil {
-			d.fail(fmt.Errorf("written run past block %d", uint32(1<<32-1)))
-			break
-		}
-		rec.Written = append(rec.Written, [2]uint32{uint32(first), uint32(last)})
-		next = last + 1
+	rec.Written = d.runs("written")
+	if flags&recG4Wins != 0 {
+		rec.G4Wins = d.runs("G4-wins")
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d bytes after the last field", len(d.b)))
@@ -206,6 +210,31 @@ func (d *recordDecoder) byte() byte {
 	c := d.b[0]
 	d.b = d.b[1:]
 	return c
+}
+
+// runs reads a count and that many runs (what names them in errors).
+func (d *recordDecoder) runs(what string) [][2]uint32 {
+	n := d.uvarint()
+	if n > uint64(len(d.b))/2 { // every run takes two bytes at least
+		d.fail(fmt.Errorf("%d %s runs in %d bytes", n, what, len(d.b)))
+		n = 0
+	}
+	var runs [][2]uint32
+	if n > 0 {
+		runs = make([][2]uint32, 0, n)
+	}
+	next := uint64(0)
+	for range n {
+		first := next + d.uvarint()
+		last := first + d.uvarint()
+		if last > 1<<32-1 || d.err != nil {
+			d.fail(fmt.Errorf("%s run past block %d", what, uint32(1<<32-1)))
+			break
+		}
+		runs = append(runs, [2]uint32{uint32(first), uint32(last)})
+		next = last + 1
+	}
+	return runs
 }
 
 func (d *recordDecoder) uvarint() uint64 { return readVarint(d, binary.Uvarint) }

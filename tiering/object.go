@@ -294,8 +294,37 @@ func (o *object) clearStale(idx uint32, bit uint8) bool {
 }
 
 // clean reports whether the object may be recorded clean: no dirty block
-// and no stale copy of a live key below G2.
-func (o *object) clean() bool { return o.dirty == 0 && len(o.stale) == 0 }
+// and no stale copy of a live key below G2 that recovery could take for
+// the live block's, which is every stale copy but those g4Wins names (the
+// record lists those, objectRecord.G4Wins, and recovery takes G4's copy of
+// them).
+func (o *object) clean() bool {
+	if o.dirty != 0 {
+		return false
+	}
+	for idx, v := range o.stale {
+		if !o.g4Wins(idx, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// g4Wins reports whether block idx of o, whose stale copies are v
+// (tierBits), may be recorded clean with them: in a cache-class object, a
+// block held in G4 whose only stale copy is an older one in G3 (written
+// back to G4 while G3 was down or hung, the G3 copy's delete refused or
+// not answered). Without this, such a file could not be flushed until G3
+// answered again. A device-class object (an NBD export) is not: its
+// recovery (recoverDevice) and TRIM keep every found copy's rules as they
+// are. o.mu held.
+func (o *object) g4Wins(idx uint32, v uint8) bool {
+	if v != staleG3 || o.dur == DurabilityDevice {
+		return false
+	}
+	b := o.blocks.get(idx)
+	return b != nil && !b.dirty && b.in.has(tiG4)
+}
 
 func (o *object) key(idx uint32) tier.Key {
 	return tier.Key{Namespace: o.ns, Object: uint64(o.id), Index: idx, Gen: o.gen}
@@ -324,6 +353,13 @@ func (o *object) record(state string) *objectRecord {
 			idx = append(idx, i)
 		}
 		rec.Written = toRuns(idx)
+		var wins []uint32
+		for i, v := range o.stale {
+			if o.g4Wins(i, v) {
+				wins = append(wins, i)
+			}
+		}
+		rec.G4Wins = toRuns(wins)
 	}
 	return rec
 }

@@ -47,6 +47,7 @@ func (s *Store) recover(ctx context.Context) error {
 		byObject[k.Object] = append(byObject[k.Object], k)
 	}
 	used := make(map[tier.Key]bool)
+	g4won := make(map[tier.Key]bool) // used keys whose G3 copy is older than G4's (objectRecord.G4Wins)
 	var lost []ObjectID
 	maxID, err := s.meta.load(func(id ObjectID, rec *objectRecord) {
 		dur := recordDurability(rec)
@@ -68,6 +69,18 @@ func (s *Store) recover(ctx context.Context) error {
 		if o.created.IsZero() {
 			o.created = s.clk.Now()
 		}
+		var wins map[uint32]bool // rec.G4Wins
+		for _, run := range rec.G4Wins {
+			if wins == nil {
+				wins = make(map[uint32]bool)
+			}
+			for idx := run[0]; ; idx++ {
+				wins[idx] = true
+				if idx == run[1] {
+					break
+				}
+			}
+		}
 		for _, run := range rec.Written {
 			for idx := run[0]; ; idx++ {
 				k := o.key(idx)
@@ -79,8 +92,22 @@ func (s *Store) recover(ctx context.Context) error {
 					lost = append(lost, id)
 					return
 				}
-				in4 := l.g4
-				if l.g3 && l.g4 {
+				in3, in4 := l.g3, l.g4
+				if wins[idx] {
+					// G4 wins: the record says this G3 copy is older than
+					// G4's (written back to G4 while G3 was down); it is
+					// garbage, recorded stale until GC deletes it.
+					if !in4 && rec4 == nil {
+						lost = append(lost, id)
+						return
+					}
+					in4 = true // listed in G4, or maybe there: verified once G4 answers (reconcileG4)
+					if in3 {
+						in3 = false
+						o.markStale(idx, staleG3)
+						g4won[k] = true
+					}
+				} else if l.g3 && l.g4 {
 					// G3 wins: the G4 copy may be stale (written back to G3
 					// while G4 was down, the delete of the G4 copy failed)
 					// and trusting it would let a later G3 eviction skip
@@ -91,7 +118,7 @@ func (s *Store) recover(ctx context.Context) error {
 					in4 = false
 					o.markStale(idx, staleG4)
 				}
-				o.blocks.set(idx, newBlockIn(tiG3, l.g3, tiG4, in4))
+				o.blocks.set(idx, newBlockIn(tiG3, in3, tiG4, in4))
 				if rec4 != nil {
 					rec4.blocks[k] = o.blocks.get(idx)
 				}
@@ -129,7 +156,10 @@ func (s *Store) recover(ctx context.Context) error {
 		s.queueCopies(k, l)
 	}
 	for k, l := range present {
-		if used[k] && l.g3 && l.g4 {
+		switch {
+		case g4won[k]:
+			s.gc(s.g3, k) // G4 won (above): the G3 copy is the old one
+		case used[k] && l.g3 && l.g4:
 			s.gc(s.g4, k) // G3 won (above); copyState keeps it if that changes
 		}
 	}

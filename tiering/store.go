@@ -295,7 +295,10 @@ type Store struct {
 	// lateDeletes counts a local tier's deletes past their deadline that
 	// have not returned (deleteFrom).
 	lateDeletes [nTiers]atomic.Int32
-	wbDone      atomic.Int64 // blocks written back (writers' progress)
+	// lateIO counts a tier's calls given up past their deadline that have
+	// not returned (Store.bounded, BlockedIn).
+	lateIO [nTiers]atomic.Int32
+	wbDone atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64

@@ -70,8 +70,12 @@ func (s *Store) putTo(ctx context.Context, ti int, k tier.Key, data []byte, last
 // (*owned is set to nil, and the late put gives it back to the pool), so
 // the caller never writes into a buffer a late put still reads.
 func (s *Store) putToOwned(ctx context.Context, ti int, k tier.Key, data []byte, last bool, owned *[]byte) error {
-	if s.late.has(k) {
-		return errLate(k)
+	lateG3 := false
+	if s.late.n.Load() > 0 {
+		if err := s.late.fences(ti, k, s.deviceKey(k)); err != nil {
+			return err
+		}
+		lateG3 = ti != tiG3 && s.late.inG3(k)
 	}
 	h, t := s.health[ti], s.tierAt(ti)
 	op := health.Put
@@ -88,6 +92,9 @@ func (s *Store) putToOwned(ctx context.Context, ti int, k tier.Key, data []byte,
 		err = t.Put(ctx, k, data) // an object store's requests have their own deadlines
 	}
 	h.Observe(health.Put, err)
+	if err == nil && lateG3 {
+		s.lateG3Stale(k)
+	}
 	return err
 }
 
@@ -144,65 +151,113 @@ func bounded(d time.Duration, call, abandon, late func()) bool {
 	}
 }
 
-// lateCalls are the blocks with a put or delete of a local tier still in
-// flight past its deadline (bounded), by key. Until that call returns, no
-// other put of the key goes to any tier and no delete of it to a local
-// tier (putTo, deleteFrom: tier.ErrUnavailable at once; write-back and GC
-// retry later): the late call lands whenever the device answers, and a
-// newer copy put elsewhere meanwhile (G4) would lose to it at the next
-// start-up, where G3's copy of a key wins over G4's (recover.go), or a
-// newer put or delete of the key into the same tier could be ordered
-// before it there. The block stays dirty in G2 meanwhile, and a Flush of
-// its object fails at once (Store.fencedBlockLocked).
+// bounded is the package's bounded for a call into local tier ti (tiG3,
+// tiG35), counting the call in s.lateIO[ti] from its deadline until it
+// returns: while one is out, closing that tier would wait for it
+// (Store.BlockedIn).
+func (s *Store) bounded(ti int, d time.Duration, call, abandon, late func()) bool {
+	return bounded(d, call, func() { s.lateIO[ti].Add(1); abandon() }, func() { defer s.lateIO[ti].Add(-1); late() })
+}
+
+// BlockedIn reports whether a call into tier name (TierG3, TierG35) that
+// the core gave up on past its deadline (Config.LocalReadTimeout,
+// LocalWriteTimeout, a probe's) has not returned yet: its device is hung,
+// and closing the tier would wait for that call, so the tier's owner
+// leaves it open at a stop (the process exit releases it, as after a
+// crash). False for other names and unconfigured tiers.
+func (s *Store) BlockedIn(name string) bool {
+	for ti := tiG3; ti < nTiers; ti++ {
+		if tierNames[ti] == name {
+			return s.lateIO[ti].Load() > 0
+		}
+	}
+	return false
+}
+
+// lateCalls are the block keys with a put or delete of a local tier still
+// in flight past its deadline (bounded), by tier. Until that call
+// returns, no other put or delete of the key goes to the same tier (a
+// newer one could be ordered before it there: putTo, deleteFrom refuse
+// with tier.ErrUnavailable at once; write-back and GC retry later).
+//
+// The late call lands whenever the device answers, and at the next
+// start-up G3's copy of a key wins over G4's (recover.go). A block of a
+// cache-class object is still written back to G4 meanwhile: its G3 copy
+// is recorded stale (Store.lateG3Stale), so the object's record names the
+// block G4-wins (object.g4Wins) and recovery takes the G4 copy. A block of
+// a device-class object (an NBD export, whose recovery keeps every copy
+// found) is fenced in every tier instead: it stays dirty in G2 until the
+// late call returns, and a Flush of its object fails at once
+// (Store.fencedBlockLocked). A late call into G3.5 fences the key in
+// G3.5 only: recovery never adopts a G3.5 copy, and the copy it lands is
+// recorded stale (lateLanded).
 type lateCalls struct {
 	n     atomic.Int32 // len(keys), read without mu on every put
-	bytes atomic.Int64 // payload bytes of the late puts: dirty bytes write-back cannot move
+	bytes atomic.Int64 // payload bytes of the late G3 puts: dirty bytes write-back cannot move
 	mu    sync.Mutex
-	keys  map[tier.Key]int
+	keys  map[lateKey]int
 	// parked are the blocks whose write-back was refused for a fenced key:
-	// queued again when the key's last late call returns (done), not
+	// queued again when the key's last late G3 call returns (done), not
 	// retried meanwhile, so they hold no write-back worker.
 	parked map[tier.Key][]bref
 }
 
-// add fences k for one more late call, of a put of n bytes (0 for a
-// delete).
-func (l *lateCalls) add(k tier.Key, n int) {
+// lateKey is a key with a late call in flight in local tier ti (tiG3,
+// tiG35).
+type lateKey struct {
+	ti int
+	k  tier.Key
+}
+
+// add fences k in local tier ti for one more late call, of a put of n
+// bytes (0 for a delete).
+func (l *lateCalls) add(ti int, k tier.Key, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.keys == nil {
-		l.keys = map[tier.Key]int{}
+		l.keys = map[lateKey]int{}
 	}
-	if l.keys[k] == 0 {
+	lk := lateKey{ti, k}
+	if l.keys[lk] == 0 {
 		l.n.Add(1)
 	}
-	l.keys[k]++
-	l.bytes.Add(int64(n))
+	l.keys[lk]++
+	if ti == tiG3 {
+		l.bytes.Add(int64(n))
+	}
 }
 
-// done ends one late call of k of n bytes (add must have run for it) and,
-// when it was k's last, returns the blocks parked on k.
-func (l *lateCalls) done(k tier.Key, n int) []bref {
+// done ends one late call of k of n bytes in tier ti (add must have run
+// for it) and, when it was k's last in G3, returns the blocks parked on
+// k.
+func (l *lateCalls) done(ti int, k tier.Key, n int) []bref {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.bytes.Add(-int64(n))
-	if l.keys[k]--; l.keys[k] > 0 {
+	if ti == tiG3 {
+		l.bytes.Add(-int64(n))
+	}
+	lk := lateKey{ti, k}
+	if l.keys[lk]--; l.keys[lk] > 0 {
 		return nil
 	}
-	delete(l.keys, k)
+	delete(l.keys, lk)
 	l.n.Add(-1)
+	if ti != tiG3 {
+		return nil
+	}
 	p := l.parked[k]
 	delete(l.parked, k)
 	return p
 }
 
 // park records r, a block whose write-back was refused because k is
-// fenced, to be queued again by done; false when k is no longer fenced
-// (its late call returned meanwhile: the caller queues r itself).
+// fenced by a late G3 call, to be queued again by done; false when k is
+// no longer fenced (its late call returned meanwhile: the caller queues r
+// itself).
 func (l *lateCalls) park(k tier.Key, r bref) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.keys[k] <= 0 {
+	if l.keys[lateKey{tiG3, k}] <= 0 {
 		return false
 	}
 	if l.parked == nil {
@@ -212,10 +267,10 @@ func (l *lateCalls) park(k tier.Key, r bref) bool {
 	return true
 }
 
-// lateDone ends a late call of k (n payload bytes) and queues the blocks
-// parked on it for write-back again.
-func (s *Store) lateDone(k tier.Key, n int) {
-	for _, r := range s.late.done(k, n) {
+// lateDone ends a late call of k (n payload bytes) in tier ti and queues
+// the blocks parked on it for write-back again.
+func (s *Store) lateDone(ti int, k tier.Key, n int) {
+	for _, r := range s.late.done(ti, k, n) {
 		o := s.get(r.id)
 		if o == nil {
 			continue
@@ -229,14 +284,57 @@ func (s *Store) lateDone(k tier.Key, n int) {
 	}
 }
 
-// has reports whether a late call of k is in flight.
-func (l *lateCalls) has(k tier.Key) bool {
+// fences returns errLate when a put or delete of k into tier ti must
+// wait for a late call: one of k in ti itself, or, for a put of a block of
+// a device-class object (dev), one of k in G3, which fences such a key in
+// every tier; nil otherwise.
+func (l *lateCalls) fences(ti int, k tier.Key, dev bool) error {
+	if l.n.Load() == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.keys[lateKey{ti, k}] > 0:
+		return errLate(ti, k)
+	case dev && l.keys[lateKey{tiG3, k}] > 0:
+		return errLate(tiG3, k)
+	}
+	return nil
+}
+
+// inG3 reports whether a late G3 call of k is out.
+func (l *lateCalls) inG3(k tier.Key) bool {
 	if l.n.Load() == 0 {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.keys[k] > 0
+	return l.keys[lateKey{tiG3, k}] > 0
+}
+
+// deviceKey reports whether k is a block of a device-class object (or of
+// no live object, which is fenced as strictly). Not with an object lock
+// held (it takes s.mu).
+func (s *Store) deviceKey(k tier.Key) bool {
+	o := s.get(ObjectID(k.Object))
+	return o == nil || o.dur == DurabilityDevice // dur is fixed at creation
+}
+
+// lateG3Stale records k's G3 copy stale after k was put into another tier
+// while a late G3 call of k was out: the late call may land an older
+// version in G3, which recovery must not take (the object's record then
+// names the block G4-wins, object.g4Wins), and GC deletes it once G3
+// answers.
+func (s *Store) lateG3Stale(k tier.Key) {
+	o := s.get(ObjectID(k.Object))
+	if o == nil {
+		s.gc(s.g3, k)
+		return
+	}
+	o.mu.Lock()
+	s.discardCopyLocked(o, k.Index, s.g3, k)
+	o.mu.Unlock()
 }
 
 // lateLanded handles a put of k into local tier t that succeeded after the
@@ -269,7 +367,10 @@ func (s *Store) fencedBlockLocked(o *object) (uint32, bool) {
 		return 0, false
 	}
 	for idx, b := range o.blocks.all() {
-		if b.dirty && s.late.has(o.key(idx)) {
+		// Write-back of the block can go nowhere while a late G3 call of
+		// its key is out: not to G3 itself, nor to G4 (a device-class
+		// block's, or there is no G4).
+		if b.dirty && (o.dur == DurabilityDevice || s.g4 == nil) && s.late.inG3(o.key(idx)) {
 			return idx, true
 		}
 	}
@@ -290,17 +391,17 @@ func (s *Store) fencedError(id ObjectID) error {
 	if !ok {
 		return nil
 	}
-	return fmt.Errorf("flush object %d: block %d: %w", id, idx, errLate(k))
+	return fmt.Errorf("flush object %d: block %d: %w", id, idx, errLate(tiG3, k))
 }
 
 // errFenced marks errLate's errors: nothing was sent to the tier.
 var errFenced = errors.New("an earlier call for it into a hung local tier has not returned")
 
-// errLate is the error of a put or delete refused because a call of the
-// same key into a hung local tier has not returned (lateCalls): errFenced
-// and tier.ErrUnavailable.
-func errLate(k tier.Key) error {
-	return fmt.Errorf("%v: %w: %w", k, errFenced, tier.ErrUnavailable)
+// errLate is the error of a put or delete refused because a call of key k
+// into hung local tier ti has not returned (lateCalls): errFenced and
+// tier.ErrUnavailable, naming ti.
+func errLate(ti int, k tier.Key) error {
+	return fmt.Errorf("%v: %w (%s): %w", k, errFenced, tierNames[ti], tier.ErrUnavailable)
 }
 
 // putBounded is a put into a local tier (G3, G3.5) that returns within
@@ -327,10 +428,14 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		copy(buf, data)
 	}
 	var perr error
-	if !bounded(s.cfg.LocalWriteTimeout,
+	held := 0 // dirty bytes the late put keeps from write-back: only a device-class block's is fenced
+	if ti == tiG3 && s.deviceKey(k) {
+		held = len(data)
+	}
+	if !s.bounded(ti, s.cfg.LocalWriteTimeout,
 		func() { perr = t.Put(ctx, k, buf) },
 		func() {
-			s.late.add(k, len(data))
+			s.late.add(ti, k, held)
 			if owned != nil {
 				*owned = nil // the late put has it now
 			}
@@ -340,7 +445,7 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 			if perr == nil {
 				s.lateLanded(t, k) // before the fence goes: no put of k may come between
 			}
-			s.lateDone(k, len(data)) // its block may be written back now
+			s.lateDone(ti, k, held) // its block may be written back now
 			s.log.Warn("a local tier write answered after its deadline", "tier", tierNames[ti], "key", k.String(), "err", perr)
 		}) {
 		s.c.writesAbandoned.Add(1)
@@ -355,30 +460,39 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 // deleteFrom deletes block k from tier t, bounded by
 // Config.LocalWriteTimeout when t is local (a tombstone is a pwrite):
 // past it, tier.ErrUnavailable, counted in Stats.LocalWritesAbandoned
-// (the caller retries as for any failed delete).
+// (the caller retries as for any failed delete). A local tier that is
+// down or bypassed is not asked (tier.ErrUnavailable at once, nothing
+// left behind in its device), and the outcome of a delete it was asked
+// tells its health, as any call's does.
 func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
 	if !s.isLocal(t) {
 		return t.Delete(ctx, k)
 	}
-	if s.late.has(k) {
-		return errLate(k)
+	ti := tiG3
+	if t == s.g35 {
+		ti = tiG35
+	}
+	if err := s.late.fences(ti, k, false); err != nil {
+		return err
 	}
 	// While an earlier delete of this tier has not returned, none is
 	// tried (GC retries later): deletes do not pile up goroutines in a
 	// hung device.
-	late := &s.lateDeletes[tiG3]
-	if t == s.g35 {
-		late = &s.lateDeletes[tiG35]
-	}
+	late := &s.lateDeletes[ti]
 	if late.Load() > 0 {
 		return fmt.Errorf("%s delete %v: an earlier delete has not returned (a hung device?): %w", t.Name(), k, tier.ErrUnavailable)
 	}
-	var err error
-	if !bounded(s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) },
-		func() { s.late.add(k, 0); late.Add(1) }, func() { late.Add(-1); s.lateDone(k, 0) }) {
-		s.c.writesAbandoned.Add(1)
-		return fmt.Errorf("%s delete %v: no answer within %v (a hung device?): %w", t.Name(), k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
+	h := s.health[ti]
+	if err := h.Admit(health.PutLast); err != nil { // refused when down or bypassed, not when full
+		return fmt.Errorf("%s delete %v: %w", t.Name(), k, err)
 	}
+	var err error
+	if !s.bounded(ti, s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) },
+		func() { s.late.add(ti, k, 0); late.Add(1) }, func() { late.Add(-1); s.lateDone(ti, k, 0) }) {
+		s.c.writesAbandoned.Add(1)
+		err = fmt.Errorf("%s delete %v: no answer within %v (a hung device?): %w", t.Name(), k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
+	}
+	h.Observe(health.Get, err)
 	return err
 }
 
@@ -419,7 +533,7 @@ func (s *Store) getBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 	buf = buf[:len(p)]
 	var n int
 	var rerr error
-	if !bounded(s.cfg.LocalReadTimeout,
+	if !s.bounded(ti, s.cfg.LocalReadTimeout,
 		func() { n, rerr = t.Get(ctx, k, buf, off) },
 		func() {},
 		func() {
@@ -477,22 +591,15 @@ func (s *Store) probeLoop() {
 // loop, which Close waits for, never waits on it.
 func (s *Store) probeBounded(ti int, p tier.Prober) error {
 	s.probing[ti].Store(true)
-	done := make(chan error, 1)
-	go func() { // owned by this call, or by itself once abandoned
-		ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-		defer cancel()
-		err := p.Probe(ctx)
-		s.probing[ti].Store(false)
-		done <- err
-	}()
-	timer := time.NewTimer(probeTimeout + time.Second)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
+	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	var err error
+	if !s.bounded(ti, probeTimeout+time.Second, func() { err = p.Probe(ctx) }, func() {},
+		func() { cancel(); s.probing[ti].Store(false) }) {
 		return fmt.Errorf("%s probe: no answer within %v (a hung device?): %w", tierNames[ti], probeTimeout, tier.ErrUnavailable)
 	}
+	cancel()
+	s.probing[ti].Store(false)
+	return err
 }
 
 // TierHealth is one tier's health as status and metrics show it.
