@@ -233,8 +233,14 @@ func runDaemon(c *cli.Context, cfg config.Config) error {
 	}
 	_ = notifier.Stopping()
 	cancel()
-	if err := d.close(); err != nil && runErr == nil {
-		runErr = err
+	began := time.Now()
+	closeErr := d.close()
+	// The process may still take a while to exit: a thread blocked in a
+	// hung device's I/O (the kernel does not interrupt it) holds the exit
+	// until the device answers, after everything above has been done.
+	log.Info("stopped", "took", time.Since(began).Round(time.Millisecond), "err", closeErr)
+	if closeErr != nil && runErr == nil {
+		runErr = closeErr
 	}
 	if runErr != nil {
 		return withCode(exitFailure, runErr)
@@ -612,7 +618,7 @@ func (d *daemon) close() error {
 	if d.ctl != nil {
 		d.ctl.close()
 	}
-	stuck := false
+	stuck, stuck3, stuck35 := false, false, false
 	if d.store != nil {
 		if err := d.store.Close(); err != nil {
 			errs = append(errs, err)
@@ -622,7 +628,14 @@ func (d *daemon) close() error {
 			stuck = errors.Is(err, tiering.ErrBlockedIO)
 		}
 	}
-	if d.g3 != nil && !stuck {
+	// A call into a hung local device that the core gave up on is still
+	// in it: closing that tier would wait for the same I/O, so it is left
+	// to the process exit, as after a crash (its next open recovers).
+	if d.store != nil && d.store.BlockedIn(tiering.TierG3) {
+		stuck3 = true
+		d.log.Error("G3 left open at the stop: a call into its device has not returned (a hung device?)", "dir", d.cfg.G3Dir)
+	}
+	if d.g3 != nil && !stuck && !stuck3 {
 		if err := d.g3.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -632,7 +645,11 @@ func (d *daemon) close() error {
 			errs = append(errs, err)
 		}
 	}
-	if d.pool != nil && !stuck {
+	if d.store != nil && d.store.BlockedIn(tiering.TierG35) {
+		stuck35 = true
+		d.log.Error("G3.5 left open at the stop: a call into the pool device has not returned (a hung device?)")
+	}
+	if d.pool != nil && !stuck && !stuck35 {
 		if d.pool.tier != nil {
 			if err := d.pool.tier.Close(); err != nil {
 				errs = append(errs, err)
