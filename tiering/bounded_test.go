@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,4 +290,43 @@ func TestFlushBoundedUnderRewrites(t *testing.T) {
 		t.Fatalf("Flush took %v; bound is 4 × 1 s", d)
 	}
 	t.Logf("Flush under rewrites: %v after %v", err, time.Since(start))
+}
+
+// TestFailingG3SyncSparesG4Files: G3's sync fails with ENOENT (its
+// directory deleted under the daemon: the directory fsync after a new
+// segment). A file whose blocks are all in G4 fsyncs anyway (G3 is not
+// synced for it), and a file with a block only G3 holds gets EIO
+// (tier.ErrUnavailable), not an fs.ErrNotExist for the file (admin's
+// evict and sink said "no such path" for it). Before, every fsync failed
+// with the sync's ENOENT, whatever tier held the file.
+func TestFailingG3SyncSparesG4Files(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, true, nil)
+	defer fs.close(t)
+	write := func(seed uint64) tiering.ObjectID {
+		id, err := fs.store.Create("ns", 64<<10, "file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.store.WriteAt(ctx, id, data(seed, 256<<10), 0); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	inG3 := write(70)
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Sync, Err: syscall.ENOENT})
+	err := fs.store.Flush(ctx, inG3)
+	if !errors.Is(err, tier.ErrUnavailable) || errors.Is(err, iofs.ErrNotExist) {
+		t.Fatalf("fsync of a file in G3 whose sync fails with ENOENT: %v; want tier.ErrUnavailable, not fs.ErrNotExist", err)
+	}
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Put, Err: errDisk}) // G3 takes nothing more: write-back goes to G4
+	for i := range 4 {
+		id := write(uint64(71 + i))
+		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := fs.store.Flush(fctx, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("fsync of file %d, written back to G4, with G3's sync failing: %v", i, err)
+		}
+	}
 }

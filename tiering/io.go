@@ -662,10 +662,16 @@ func (s *Store) syncTiers(ctx context.Context) error {
 		err = fmt.Errorf("no answer within %v (a hung device?): %w", s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}
 	h.Observe(health.Get, err)
-	if err != nil {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, tier.ErrUnavailable):
 		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 	}
-	return nil
+	// The device's error (EIO, or ENOENT for a G3 directory deleted
+	// under the daemon) is not the caller's: not an fs.ErrNotExist for
+	// the file being flushed, which admin would report as "no such path".
+	return fmt.Errorf("sync %s: %v: %w", s.g3.Name(), err, tier.ErrUnavailable)
 }
 
 // onlyInG3Locked reports whether a block of o has its only copy below G2

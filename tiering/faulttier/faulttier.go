@@ -31,11 +31,14 @@ const (
 	Stat
 	// Probe is tier.Prober's Probe (its key is the zero Key).
 	Probe
+	// Sync is the wrapped tier's Sync (G3's fdatasync; its key is the
+	// zero Key).
+	Sync
 	numOps
 )
 
 func (op Op) String() string {
-	return [...]string{"put", "get", "delete", "stat", "probe"}[op]
+	return [...]string{"put", "get", "delete", "stat", "probe", "sync"}[op]
 }
 
 // Fault describes one injected fault. A call matches when its Op is Op and
@@ -272,8 +275,12 @@ func (t *Tier) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Sync forwards to the wrapped tier when it can sync (G3).
+// Sync forwards to the wrapped tier when it can sync (G3), after faults
+// of Op Sync apply.
 func (t *Tier) Sync(ctx context.Context) error {
+	if err := apply(ctx, Sync, tier.Key{}, t.pick(Sync, tier.Key{})); err != nil {
+		return err
+	}
 	if s, ok := t.Tier.(interface{ Sync(context.Context) error }); ok {
 		return s.Sync(ctx)
 	}
