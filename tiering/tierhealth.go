@@ -428,8 +428,8 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		copy(buf, data)
 	}
 	var perr error
-	held := 0 // dirty bytes the late put keeps from write-back: only a device-class block's is fenced
-	if ti == tiG3 && s.deviceKey(k) {
+	held := 0 // dirty bytes the late put keeps from write-back: a device-class block's, or any without G4 (fencedBlockLocked)
+	if ti == tiG3 && (s.g4 == nil || s.deviceKey(k)) {
 		held = len(data)
 	}
 	if !s.bounded(ti, s.cfg.LocalWriteTimeout,
