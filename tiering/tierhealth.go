@@ -578,7 +578,7 @@ func (s *Store) probeLoop() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			h.Observe(health.Get, err)
+			h.Observe(health.Probe, err)
 		}
 	}
 }
@@ -643,7 +643,7 @@ func (s *Store) SetBypass(name string, on bool, reason string) error {
 		if p, ok := t.(tier.Prober); ok && !on && !s.probing[ti].Load() {
 			err := s.probeBounded(ti, p) // a hung device does not hold the caller
 			if h.AdmitProbe() == nil {   // take the probe slot
-				h.Observe(health.Get, err)
+				h.Observe(health.Probe, err)
 			}
 		}
 		return nil

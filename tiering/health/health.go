@@ -86,6 +86,12 @@ const (
 	// tier is Down or Bypassed but not for being full (the tier should
 	// reclaim space for it instead).
 	PutLast
+	// Probe is the owner's probe of a Down tier (AdmitProbe): its outcome
+	// counts only while the tier is still Down. A probe that answers after
+	// the tier came back up by another call (a slow probe, an object
+	// store client retrying a refused connection) says nothing about the
+	// tier now, and is ignored.
+	Probe
 )
 
 // ErrRefused is wrapped (with tier.ErrUnavailable or tier.ErrNoSpace) by
@@ -271,6 +277,10 @@ func (m *Machine) Observe(op Op, err error) {
 	var snap *Snapshot
 	m.mu.Lock()
 	now := m.cfg.Now()
+	if op == Probe && m.state != Down {
+		m.mu.Unlock()
+		return // a stale probe: the tier is up (or bypassed) already
+	}
 	switch {
 	case err == nil:
 		m.failures = 0

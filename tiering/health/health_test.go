@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +262,38 @@ func TestProbeOnlyLetsNoDataCallThrough(t *testing.T) {
 	}
 	if err := m.Admit(Put); err != nil {
 		t.Fatalf("Up again, refused: %v", err)
+	}
+}
+
+// TestStaleProbeIgnored: a probe that answers (with a failure) after the
+// tier came back up through another call does not take it degraded; a
+// probe's failure while the tier is still down counts as before.
+func TestStaleProbeIgnored(t *testing.T) {
+	m := New("G4", Config{ProbeInterval: time.Nanosecond}, nil)
+	for range 5 {
+		m.Observe(Get, tier.ErrUnavailable)
+	}
+	if m.State() != Down {
+		t.Fatalf("state %v after 5 failures, want down", m.State())
+	}
+	time.Sleep(time.Millisecond)
+	if err := m.AdmitProbe(); err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(Probe, tier.ErrUnavailable) // still down: counts
+	if sn := m.Snapshot(); sn.State != Down || !strings.Contains(sn.Reason, "probe failed") {
+		t.Fatalf("after a failed probe: %+v", sn)
+	}
+	time.Sleep(time.Millisecond)
+	if err := m.Admit(Get); err != nil { // a call let through as a probe
+		t.Fatal(err)
+	}
+	m.Observe(Get, nil)
+	if m.State() != Up {
+		t.Fatalf("state %v after a call succeeded, want up", m.State())
+	}
+	m.Observe(Probe, tier.ErrUnavailable) // the owner's probe, answering late
+	if m.State() != Up {
+		t.Fatalf("a late probe's failure took the tier %v; want it ignored (up)", m.State())
 	}
 }
