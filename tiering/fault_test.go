@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -743,4 +744,50 @@ func TestRewriteWithG3DownFlushesToG4(t *testing.T) {
 		_, err := fs.g3s.Stat(ctx, k)
 		return errors.Is(err, tier.ErrNotFound)
 	}, "GC deleting the old G3 copy after the restart")
+}
+
+// TestFailedTruncateChangesNothing: a shrinking truncate whose last block
+// cannot be read (its only copy in a G3 that fails reads) fails and
+// leaves the object as it was, before and after a restart. Before, it
+// dropped the blocks past the new end first and then failed zeroing the
+// last one's tail, leaving the size unchanged: the dropped blocks read as
+// zeros inside the file, and the object was recorded clean that way.
+func TestFailedTruncateChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	const bs, size = 64 << 10, 256 << 10
+	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, false, nil)
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := data(80, size)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	if _, err := fs.store.Demote(ctx, id); err != nil { // G3 holds the only copies
+		t.Fatal(err)
+	}
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: errDisk})
+	if err := fs.store.Truncate(ctx, id, 1); err == nil {
+		t.Fatal("truncate to 1 byte succeeded with its last block unreadable")
+	}
+	remove()
+	check := func(when string) {
+		t.Helper()
+		got := make([]byte, size+1)
+		n, err := fs.store.ReadAt(ctx, id, got, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("%s: read: %v", when, err)
+		}
+		if n != size || !bytes.Equal(got[:n], want) {
+			t.Fatalf("%s: %d bytes, equal to what was written: %v (a failed truncate must change nothing)", when, n, bytes.Equal(got[:min(n, size)], want[:min(n, size)]))
+		}
+	}
+	check("after the failed truncate")
+	flushWithin(t, fs.store, id, 10*time.Second)
+	fs.close(t)
+	fs.open(t, false)
+	defer fs.close(t)
+	check("after a restart")
 }

@@ -448,8 +448,10 @@ func (s *Store) markDirtyLocked(o *object, b *blockState, r bref, g *g2block, ur
 
 // Truncate sets the object's size. Size 0 starts a new generation (every
 // old block is freed); shrinking frees whole blocks past the end and zeroes
-// the tail of the last one; growing adds a hole. Errors: ErrInvalid,
-// ErrNotExist, ErrLost, ctx errors.
+// the tail of the last one; growing adds a hole. A shrink whose last
+// block's tail cannot be zeroed (its copy unreadable: a hung or failing
+// tier) fails and changes nothing. Errors: ErrInvalid, ErrNotExist,
+// ErrLost, the read's error (tier.ErrUnavailable), ctx errors.
 func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	if size < 0 || size > maxObjectSize {
 		return fmt.Errorf("%w: size %d", ErrInvalid, size)
@@ -494,19 +496,25 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 	}
 	if size < o.size {
 		last := uint32((size - 1) / int64(o.bs))
-		for idx := range o.blocks.all() {
-			if idx > last {
-				s.dropBlockLocked(o, idx)
-			}
-		}
 		tail := int(size - int64(last)*int64(o.bs))
 		if b := o.blocks.get(last); b != nil && tail < o.blockLen(last) {
 			// Zero the bytes past the new end inside the last block by
-			// rewriting its tail: read-modify-write through G2.
+			// rewriting its tail: read-modify-write through G2. First, so
+			// that a read that fails (the only copy in a hung or dead
+			// tier) leaves the object as it was: the blocks past the end
+			// still there, its size unchanged. Dropping them first made a
+			// failed truncate read as holes inside the old size.
 			zeros := make([]byte, o.blockLen(last)-tail)
 			err = s.writeBlock(ctx, o, last, tail, zeros, o.size)
 			if g := b.g2.Load(); err == nil && g != nil {
 				g.n = min(g.n, tail)
+			}
+		}
+		if err == nil {
+			for idx := range o.blocks.all() {
+				if idx > last {
+					s.dropBlockLocked(o, idx)
+				}
 			}
 		}
 	}
@@ -517,8 +525,8 @@ func (s *Store) Truncate(ctx context.Context, id ObjectID, size int64) error {
 			// before any write into the new range (a growth).
 			err = o.mf.setSize(size)
 		}
-		s.scheduleClean(o)
 	}
+	s.scheduleClean(o) // recorded clean again even when nothing changed (markMetaDirty ran)
 	o.mu.Unlock()
 	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {
 		s.lose(id, err)
