@@ -269,7 +269,8 @@
 // survive kill -9, not a power cut). In short: an object is recorded dirty
 // before its first change after a clean record (markMetaDirty) and clean
 // only when no block is dirty and no stale copy is left but a G4-wins
-// block's old G3 copy, which the record names (object.clean, g4Wins),
+// block's old G3 copy, which the record names, or a dropped block's
+// (object.clean, staleExcused),
 // once idle (cleanLoop), at Flush or at Close (persistAllClean). Open
 // (recover) drops objects recorded dirty and clean objects with a written
 // block missing from G3 and G4 (assumed in G4 until reconcileG4 when G4

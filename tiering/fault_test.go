@@ -791,3 +791,61 @@ func TestFailedTruncateChangesNothing(t *testing.T) {
 	defer fs.close(t)
 	check("after a restart")
 }
+
+// TestShrinkWithG3HungFlushes: a file whose blocks are in G3 is truncated
+// shorter while G3's device hangs. The dropped blocks' G3 copies cannot be
+// deleted, but the record does not list those blocks, and recovery reads
+// no copy of a block its record does not list: the fsync returns at once,
+// and after a restart the file has its new size and bytes. Before, the
+// object could not be recorded clean until G3 answered: the fsync waited
+// WriteTimeout and failed (a breaker saw 30-60 s and EIO), and a kill -9
+// then lost the whole file.
+func TestShrinkWithG3HungFlushes(t *testing.T) {
+	ctx := context.Background()
+	const bs, size = 64 << 10, 256 << 10
+	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, true, func(c *tiering.Config) {
+		c.LocalWriteTimeout = 200 * time.Millisecond
+		c.WriteTimeout = time.Minute
+	})
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := data(81, size)
+	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	var removes []func()
+	for _, op := range []faulttier.Op{faulttier.Put, faulttier.Get, faulttier.Delete, faulttier.Probe, faulttier.Sync} {
+		removes = append(removes, fs.g3.Inject(faulttier.Fault{Op: op, Stall: stall}))
+	}
+	if err := fs.store.Truncate(ctx, id, bs); err != nil { // whole blocks: the last one needs no read
+		t.Fatal(err)
+	}
+	start := time.Now()
+	flushWithin(t, fs.store, id, 5*time.Second)
+	t.Logf("fsync after a shrink with G3 hung: %v", time.Since(start).Round(time.Millisecond))
+	if err := fs.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range removes {
+		r()
+	}
+	stall.Release()
+	testenv.Eventually(t, 10*time.Second, func() bool { return !fs.store.BlockedIn(tiering.TierG3) }, "the late calls returning")
+	fs.g3s.Close()
+	fs.g4t.Close()
+	fs.open(t, true)
+	defer fs.close(t)
+	got := make([]byte, size)
+	n, err := fs.store.ReadAt(ctx, id, got, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("after a restart: %v", err)
+	}
+	if n != bs || !bytes.Equal(got[:n], want[:bs]) {
+		t.Fatalf("after a restart: %d bytes (want %d), bytes equal %v", n, bs, bytes.Equal(got[:min(n, bs)], want[:min(n, bs)]))
+	}
+}

@@ -597,10 +597,10 @@ func (s *Store) Flush(ctx context.Context, id ObjectID) error {
 			if o.metaDirty && !s.volatile {
 				err = s.persistCleanLocked(o)
 			}
-			onlyG3 := onlyInG3Locked(o)
+			needSync := o.g3Seq > s.g3Synced.Load()
 			o.mu.Unlock()
-			if err != nil || !onlyG3 {
-				return err // no block of it has G3 as its only copy: no G3 sync to wait for (nor to fail on)
+			if err != nil || !needSync {
+				return err // nothing of it written to G3 since the latest sync: none to wait for (nor to fail on)
 			}
 			return s.syncTiers(ctx)
 		}
@@ -646,8 +646,8 @@ type syncer interface {
 // power loss (its Sync: fdatasync), bounded by Config.LocalWriteTimeout.
 // A G3 that is down or bypassed is not asked (tier.ErrUnavailable at
 // once): what a flush wrote there can then be neither made durable nor
-// read. Flush calls it only for an object with a block whose only copy
-// below G2 is in G3 (onlyInG3Locked).
+// read. Flush calls it only for an object written back to G3 since the
+// latest sync that succeeded (object.g3Seq, Store.g3Synced).
 func (s *Store) syncTiers(ctx context.Context) error {
 	sy, ok := s.g3.(syncer)
 	if !ok {
@@ -663,6 +663,7 @@ func (s *Store) syncTiers(ctx context.Context) error {
 	if err := h.Admit(health.PutLast); err != nil { // refused when down or bypassed
 		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 	}
+	upTo := s.g3Puts.Load() // write-backs that returned before the sync began
 	var err error
 	if !s.bounded(tiG3, s.cfg.LocalWriteTimeout, func() { err = sy.Sync(ctx) },
 		func() { s.syncLate.Store(true) }, func() { s.syncLate.Store(false) }) {
@@ -672,7 +673,12 @@ func (s *Store) syncTiers(ctx context.Context) error {
 	h.Observe(health.Get, err)
 	switch {
 	case err == nil:
-		return nil
+		for {
+			cur := s.g3Synced.Load()
+			if upTo <= cur || s.g3Synced.CompareAndSwap(cur, upTo) {
+				return nil
+			}
+		}
 	case errors.Is(err, tier.ErrUnavailable):
 		return fmt.Errorf("sync %s: %w", s.g3.Name(), err)
 	}
@@ -680,18 +686,6 @@ func (s *Store) syncTiers(ctx context.Context) error {
 	// under the daemon) is not the caller's: not an fs.ErrNotExist for
 	// the file being flushed, which admin would report as "no such path".
 	return fmt.Errorf("sync %s: %v: %w", s.g3.Name(), err, tier.ErrUnavailable)
-}
-
-// onlyInG3Locked reports whether a block of o has its only copy below G2
-// in G3 (none in G4), which only a G3 sync makes durable against power
-// loss. o.mu held.
-func onlyInG3Locked(o *object) bool {
-	for _, b := range o.blocks.all() {
-		if b.in.has(tiG3) && !b.in.has(tiG4) {
-			return true
-		}
-	}
-	return false
 }
 
 // Discard makes the byte range [off, off+length) of the object read as
@@ -819,10 +813,7 @@ func (s *Store) flushDevice(ctx context.Context, o *object) error {
 				delete(snap, idx) // a dropped block's copies are gone
 			}
 		}
-		// A G3 that refuses (down, bypassed) is not synced when no block
-		// has its only copy there (the check walks every block, so only
-		// then; an up G3 is synced as always).
-		needSync := len(snap) == 0 && (!s.health[tiG3].Refusing(health.PutLast) || onlyInG3Locked(o))
+		needSync := o.g3Seq > s.g3Synced.Load() // written to G3 since the latest sync
 		ch := o.flushWaitLocked()
 		o.mu.Unlock()
 		if len(snap) == 0 {

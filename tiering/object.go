@@ -215,6 +215,10 @@ type object struct {
 	// wseq numbers the object's block writes (blockState.version); it only
 	// grows, also across truncates and TRIMs that drop block states.
 	wseq uint64
+	// g3Seq is the Store.g3Puts count of the latest write-back of a block
+	// of o into G3 (0: none since the start): a Flush syncs G3 only while
+	// it is past Store.g3Synced.
+	g3Seq uint64
 	// busy counts, per block index, the copies of the block's key being
 	// stored or deleted below G2 without the object lock (write-back,
 	// eviction to G3, demote, sink, share, GC). A write-back starts only
@@ -295,35 +299,50 @@ func (o *object) clearStale(idx uint32, bit uint8) bool {
 
 // clean reports whether the object may be recorded clean: no dirty block
 // and no stale copy of a live key below G2 that recovery could take for
-// the live block's, which is every stale copy but those g4Wins names (the
-// record lists those, objectRecord.G4Wins, and recovery takes G4's copy of
-// them).
+// the live block's, which is every stale copy but those staleExcused
+// names.
 func (o *object) clean() bool {
 	if o.dirty != 0 {
 		return false
 	}
 	for idx, v := range o.stale {
-		if !o.g4Wins(idx, v) {
+		if !o.staleExcused(idx, v) {
 			return false
 		}
 	}
 	return true
 }
 
-// g4Wins reports whether block idx of o, whose stale copies are v
-// (tierBits), may be recorded clean with them: in a cache-class object, a
-// block held in G4 whose only stale copy is an older one in G3 (written
-// back to G4 while G3 was down or hung, the G3 copy's delete refused or
-// not answered). Without this, such a file could not be flushed until G3
-// answered again. A device-class object (an NBD export) is not: its
-// recovery (recoverDevice) and TRIM keep every found copy's rules as they
-// are. o.mu held.
+// staleExcused reports whether block idx of o, whose stale copies are v
+// (tierBits), lets o be recorded clean all the same. Only in a
+// cache-class object, and only:
+//   - a block dropped (truncated, discarded) whose copies are not deleted
+//     yet: the record does not list it, and recovery reads no copy of a
+//     block the record does not list;
+//   - a G4-wins block (g4Wins): the record lists it as such.
+//
+// Without this, a file shrunk or rewritten while G3 was down or hung could
+// not be flushed until G3 answered again. A device-class object (an NBD
+// export) is never excused: its recovery (recoverDevice) keeps every copy
+// it finds. o.mu held.
+func (o *object) staleExcused(idx uint32, v uint8) bool {
+	if o.dur == DurabilityDevice {
+		return false
+	}
+	return o.blocks.get(idx) == nil || o.g4Wins(idx, v)
+}
+
+// g4Wins reports whether block idx of o (cache class), whose stale copies
+// are v, is a G4-wins block: held in G4 (clean, not in G3), its only stale
+// copy an older one in G3 (written back to G4 while G3 was down or hung,
+// the G3 copy's delete refused or not answered). The clean record lists
+// it (objectRecord.G4Wins), and recovery takes its G4 copy. o.mu held.
 func (o *object) g4Wins(idx uint32, v uint8) bool {
 	if v != staleG3 || o.dur == DurabilityDevice {
 		return false
 	}
 	b := o.blocks.get(idx)
-	return b != nil && !b.dirty && b.in.has(tiG4)
+	return b != nil && !b.dirty && b.in.has(tiG4) && !b.in.has(tiG3)
 }
 
 func (o *object) key(idx uint32) tier.Key {

@@ -13,6 +13,7 @@ import (
 // (see meta.go for the rules) and queues garbage (block copies that belong
 // to no live object generation) for deletion.
 func (s *Store) recover(ctx context.Context) error {
+	s.g3Puts.Store(1) // recovered objects with a block in G3 have g3Seq 1: synced once after the start
 	present := make(copies)
 	if err := present.addRange(ctx, s.g3, tiG3); err != nil {
 		return fmt.Errorf("scan G3: %w", err)
@@ -119,6 +120,9 @@ func (s *Store) recover(ctx context.Context) error {
 					o.markStale(idx, staleG4)
 				}
 				o.blocks.set(idx, newBlockIn(tiG3, in3, tiG4, in4))
+				if in3 {
+					o.g3Seq = 1 // the first sync after the start covers what an earlier process left unsynced
+				}
 				if rec4 != nil {
 					rec4.blocks[k] = o.blocks.get(idx)
 				}
@@ -198,6 +202,9 @@ func (s *Store) recoverDevice(id ObjectID, rec *objectRecord, keys []tier.Key, w
 			in4 = false
 		}
 		o.blocks.set(k.Index, newBlockIn(tiG3, in3, tiG4, in4))
+		if in3 {
+			o.g3Seq = 1 // as in recover
+		}
 		used[k] = true
 	}
 	s.countInLocked(o)

@@ -298,6 +298,10 @@ type Store struct {
 	// lateIO counts a tier's calls given up past their deadline that have
 	// not returned (Store.bounded, BlockedIn).
 	lateIO [nTiers]atomic.Int32
+	// g3Puts counts write-backs into G3 (object.g3Seq), and g3Synced is
+	// the count as it was when the latest G3 sync that succeeded began:
+	// every write-back numbered up to it is durable (syncTiers).
+	g3Puts, g3Synced atomic.Uint64
 	wbDone atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.

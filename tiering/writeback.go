@@ -151,6 +151,7 @@ func (s *Store) writeBack(r bref, bufp *[]byte) {
 	var staleT tier.Tier
 	if ti == tiG3 {
 		b.in.add(tiG3)
+		o.g3Seq = s.g3Puts.Add(1) // after the put returned: a sync begun from now on covers it
 		o.clearStale(r.idx, staleG3)
 		if b.in.has(tiG4) {
 			staleT = s.g4
