@@ -61,7 +61,8 @@ type FsckOptions struct {
 	// Concurrency is the number of copies read at once (default 4, at
 	// most 64).
 	Concurrency int
-	// ReadTimeout bounds each read (default 30 s): a tier that does not
+	// ReadTimeout bounds each read (default 30 s; a local tier's by
+	// Config.LocalReadTimeout when that is shorter): a tier that does not
 	// answer in time counts the copy unreadable, and the read as a failed
 	// call for the tier's health (enough of them in a row take the tier
 	// down, and its other copies are then not read: see the top of this
@@ -587,11 +588,17 @@ func (s *Store) copiesOf(b *blockState, t tier.Tier) []string {
 	return out
 }
 
-// read reads t's copy of k into buf in full, bounded by ReadTimeout even
-// for a tier whose Get ignores its context (a local disk that hangs): the
-// read then runs on in its goroutine with buf, and abandoned is set.
+// read reads t's copy of k into buf in full, bounded by ReadTimeout (for
+// a local tier, by Config.LocalReadTimeout when that is shorter, as every
+// other read of it is) even for a tier whose Get ignores its context (a
+// local disk that hangs): the read then runs on in its goroutine with
+// buf, and abandoned is set.
 func (f *fscker) read(ctx context.Context, t tier.Tier, k tier.Key, buf []byte) (n int, abandoned bool, err error) {
-	rctx, cancel := context.WithTimeout(ctx, f.o.ReadTimeout)
+	d := f.o.ReadTimeout
+	if f.s.isLocal(t) && f.s.cfg.LocalReadTimeout > 0 {
+		d = min(d, f.s.cfg.LocalReadTimeout)
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	type result struct {
 		n   int
@@ -605,14 +612,14 @@ func (f *fscker) read(ctx context.Context, t tier.Tier, k tier.Key, buf []byte) 
 	select {
 	case r := <-ch:
 		if r.err != nil && ctx.Err() == nil && errors.Is(r.err, context.DeadlineExceeded) {
-			r.err = fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, f.o.ReadTimeout, r.err)
+			r.err = fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, d, r.err)
 		}
 		return r.n, false, r.err
 	case <-rctx.Done():
 		if ctx.Err() != nil {
 			return 0, true, ctx.Err()
 		}
-		return 0, true, fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, f.o.ReadTimeout, tier.ErrUnavailable)
+		return 0, true, fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, d, tier.ErrUnavailable)
 	}
 }
 

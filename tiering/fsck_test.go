@@ -617,3 +617,29 @@ func TestFsckHungG3GoesDown(t *testing.T) {
 		return err == nil && bytes.Equal(got, want)
 	}, "G3 back up and the file reading its bytes")
 }
+
+// TestFsckLocalReadTimeout: fsck's reads of a local tier are bounded by
+// the store's LocalReadTimeout when it is shorter than fsck's own
+// ReadTimeout (30 s by default), as every other read of a local tier is.
+// Before, an online fsck with G3 hung waited 30 s per read until G3 went
+// down (a breaker saw 30-60 s with --local-read-timeout 500ms).
+func TestFsckLocalReadTimeout(t *testing.T) {
+	ctx := context.Background()
+	fs := openFaultStack(t, t.TempDir(), 8<<20, 0, false, func(c *tiering.Config) { c.LocalReadTimeout = 200 * time.Millisecond })
+	defer fs.close(t)
+	writeOut(t, fs, data(10, 8*64<<10))
+	stall := faulttier.NewGate()
+	defer stall.Release()
+	fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Stall: stall})
+	start := time.Now()
+	rep, err := fs.store.Fsck(ctx, tiering.FsckOptions{Concurrency: 1}) // ReadTimeout: the default, 30 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("fsck of a hung G3 took %v with LocalReadTimeout 200ms; want about 5 × 200 ms", took)
+	}
+	if g3r := fsckTier(t, rep, tiering.TierG3); g3r.Unreadable == 0 || g3r.Dropped != 0 {
+		t.Fatalf("fsck of a hung G3: %+v; want its copies unreadable, none dropped", g3r)
+	}
+}
