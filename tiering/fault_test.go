@@ -668,25 +668,12 @@ func TestRewriteWithG3DownFlushesToG4(t *testing.T) {
 		c.LocalReadTimeout = 200 * time.Millisecond
 		c.WriteTimeout = time.Minute
 	})
-	id, err := fs.store.Create("ns", bs, "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1 := data(41, size)
-	if _, err := fs.store.WriteAt(ctx, id, v1, 0); err != nil {
-		t.Fatal(err)
-	}
-	flushWithin(t, fs.store, id, 10*time.Second)
+	id, v1 := flushedFile(t, fs, bs, 41, size)
 	if fs.g3.Calls(faulttier.Put) < size/bs {
 		t.Fatalf("only %d G3 puts for the first version", fs.g3.Calls(faulttier.Put))
 	}
 	// The device stops answering; other files' puts take G3 down.
-	stall := faulttier.NewGate()
-	defer stall.Release()
-	var removes []func()
-	for _, op := range []faulttier.Op{faulttier.Put, faulttier.Get, faulttier.Delete, faulttier.Probe} {
-		removes = append(removes, fs.g3.Inject(faulttier.Fault{Op: op, Stall: stall}))
-	}
+	unhang := hangG3(t, fs)
 	for i := 0; tierHealth(t, fs.store, tiering.TierG3).State != health.Down; i++ {
 		if i == 40 {
 			t.Fatal("G3 not down after 40 files written into its hung device")
@@ -724,10 +711,7 @@ func TestRewriteWithG3DownFlushesToG4(t *testing.T) {
 	if !fs.store.BlockedIn(tiering.TierG3) {
 		t.Fatal("BlockedIn(G3) is false with puts still in the hung device")
 	}
-	for _, r := range removes {
-		r()
-	}
-	stall.Release() // the late puts land: their objects were never recorded clean
+	unhang() // the late puts land: their objects were never recorded clean
 	testenv.Eventually(t, 10*time.Second, func() bool { return !fs.store.BlockedIn(tiering.TierG3) }, "the late calls returning")
 	fs.g3s.Close()
 	fs.g4t.Close()
@@ -756,15 +740,7 @@ func TestFailedTruncateChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	const bs, size = 64 << 10, 256 << 10
 	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, false, nil)
-	id, err := fs.store.Create("ns", bs, "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := data(80, size)
-	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	flushWithin(t, fs.store, id, 10*time.Second)
+	id, want := flushedFile(t, fs, bs, 80, size)
 	if _, err := fs.store.Demote(ctx, id); err != nil { // G3 holds the only copies
 		t.Fatal(err)
 	}
@@ -807,21 +783,8 @@ func TestShrinkWithG3HungFlushes(t *testing.T) {
 		c.LocalWriteTimeout = 200 * time.Millisecond
 		c.WriteTimeout = time.Minute
 	})
-	id, err := fs.store.Create("ns", bs, "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := data(81, size)
-	if _, err := fs.store.WriteAt(ctx, id, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	flushWithin(t, fs.store, id, 10*time.Second)
-	stall := faulttier.NewGate()
-	defer stall.Release()
-	var removes []func()
-	for _, op := range []faulttier.Op{faulttier.Put, faulttier.Get, faulttier.Delete, faulttier.Probe, faulttier.Sync} {
-		removes = append(removes, fs.g3.Inject(faulttier.Fault{Op: op, Stall: stall}))
-	}
+	id, want := flushedFile(t, fs, bs, 81, size)
+	unhang := hangG3(t, fs)
 	if err := fs.store.Truncate(ctx, id, bs); err != nil { // whole blocks: the last one needs no read
 		t.Fatal(err)
 	}
@@ -831,10 +794,7 @@ func TestShrinkWithG3HungFlushes(t *testing.T) {
 	if err := fs.store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range removes {
-		r()
-	}
-	stall.Release()
+	unhang()
 	testenv.Eventually(t, 10*time.Second, func() bool { return !fs.store.BlockedIn(tiering.TierG3) }, "the late calls returning")
 	fs.g3s.Close()
 	fs.g4t.Close()
@@ -848,4 +808,39 @@ func TestShrinkWithG3HungFlushes(t *testing.T) {
 	if n != bs || !bytes.Equal(got[:n], want[:bs]) {
 		t.Fatalf("after a restart: %d bytes (want %d), bytes equal %v", n, bs, bytes.Equal(got[:min(n, bs)], want[:min(n, bs)]))
 	}
+}
+
+// flushedFile creates a file of size bytes (seed's pattern) in blocks of
+// bs, writes and flushes it, and returns its id and bytes.
+func flushedFile(t *testing.T, fs *faultStack, bs int, seed uint64, size int) (tiering.ObjectID, []byte) {
+	t.Helper()
+	id, err := fs.store.Create("ns", bs, "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := data(seed, size)
+	if _, err := fs.store.WriteAt(context.Background(), id, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushWithin(t, fs.store, id, 10*time.Second)
+	return id, want
+}
+
+// hangG3 makes every call into fs's G3 wait (as a hung device's pread,
+// pwrite and fdatasync do, ignoring their context) until the returned
+// unhang runs (also at cleanup).
+func hangG3(t *testing.T, fs *faultStack) (unhang func()) {
+	stall := faulttier.NewGate()
+	var removes []func()
+	for _, op := range []faulttier.Op{faulttier.Put, faulttier.Get, faulttier.Delete, faulttier.Probe, faulttier.Sync} {
+		removes = append(removes, fs.g3.Inject(faulttier.Fault{Op: op, Stall: stall}))
+	}
+	unhang = func() {
+		for _, r := range removes {
+			r()
+		}
+		stall.Release()
+	}
+	t.Cleanup(unhang)
+	return unhang
 }

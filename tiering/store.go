@@ -302,7 +302,7 @@ type Store struct {
 	// the count as it was when the latest G3 sync that succeeded began:
 	// every write-back numbered up to it is durable (syncTiers).
 	g3Puts, g3Synced atomic.Uint64
-	wbDone atomic.Int64 // blocks written back (writers' progress)
+	wbDone           atomic.Int64 // blocks written back (writers' progress)
 	// roomWanted is the largest G2 room a waiting writer needs (bytes); the
 	// evictor makes that much room even below the high watermark.
 	roomWanted atomic.Int64
