@@ -844,3 +844,28 @@ func hangG3(t *testing.T, fs *faultStack) (unhang func()) {
 	t.Cleanup(unhang)
 	return unhang
 }
+
+// TestFailedDiscardKeepsWholeBlocks: a discard whose partial edge block
+// cannot be read (its only copy in a G3 that fails reads) fails before it
+// frees any whole block inside the range: the object reads as it was.
+// Before, the whole blocks were freed as the walk met them, and the walk
+// failed at the edge after them.
+func TestFailedDiscardKeepsWholeBlocks(t *testing.T) {
+	ctx := context.Background()
+	const bs, size = 64 << 10, 256 << 10
+	fs := openFaultStack(t, t.TempDir(), 16<<20, 0, false, nil)
+	defer fs.close(t)
+	id, want := flushedFile(t, fs, bs, 82, size)
+	if _, err := fs.store.Demote(ctx, id); err != nil { // G3 holds the only copies
+		t.Fatal(err)
+	}
+	remove := fs.g3.Inject(faulttier.Fault{Op: faulttier.Get, Err: errDisk})
+	// Whole blocks 0 and 1, then half of block 2: the edge comes last.
+	if err := fs.store.Discard(ctx, id, 0, 2*bs+bs/2); err == nil {
+		t.Fatal("discard succeeded with its edge block unreadable")
+	}
+	remove()
+	if got := readAll(t, fs.store, id, size); !bytes.Equal(got, want) {
+		t.Fatal("a failed discard changed the object")
+	}
+}

@@ -691,9 +691,11 @@ func (s *Store) syncTiers(ctx context.Context) error {
 // Discard makes the byte range [off, off+length) of the object read as
 // zeros without changing its size: whole blocks inside the range are freed
 // from every tier (they become holes); partial blocks at the edges are
-// zeroed in place. It is what NBD TRIM and WRITE_ZEROES and FUSE
-// fallocate(PUNCH_HOLE) map to. Errors: ErrInvalid, ErrNotExist, ErrLost,
-// ctx errors.
+// zeroed in place, first: an edge whose copy cannot be read (a hung or
+// failing tier) fails the call before any whole block is freed. It is
+// what NBD TRIM and WRITE_ZEROES and FUSE fallocate(PUNCH_HOLE) map to.
+// Errors: ErrInvalid, ErrNotExist, ErrLost, the read's error
+// (tier.ErrUnavailable), ctx errors.
 func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) error {
 	if off < 0 || length < 0 {
 		return fmt.Errorf("%w: discard offset %d length %d", ErrInvalid, off, length)
@@ -720,20 +722,26 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		o.mu.Unlock()
 		return err
 	}
-	for pos := off; pos < end && err == nil; {
-		idx := uint32(pos / int64(o.bs))
-		boff := int(pos % int64(o.bs))
-		cnt := int(min(int64(o.bs-boff), end-pos))
-		if b := o.blocks.get(idx); b != nil {
-			if boff == 0 && cnt >= o.blockLen(idx) {
-				s.dropBlockLocked(o, idx)
-			} else {
-				err = s.writeBlock(ctx, o, idx, boff, make([]byte, cnt), o.size)
+	// The partial blocks at the edges are zeroed first (a read-modify-write
+	// that fails, the only copy unreadable, leaves the object as it was),
+	// then the whole blocks inside are dropped.
+	for _, whole := range [...]bool{false, true} {
+		for pos := off; pos < end && err == nil; {
+			idx := uint32(pos / int64(o.bs))
+			boff := int(pos % int64(o.bs))
+			cnt := int(min(int64(o.bs-boff), end-pos))
+			if b := o.blocks.get(idx); b != nil {
+				switch all := boff == 0 && cnt >= o.blockLen(idx); {
+				case all && whole:
+					s.dropBlockLocked(o, idx)
+				case !all && !whole:
+					err = s.writeBlock(ctx, o, idx, boff, make([]byte, cnt), o.size)
+				}
 			}
+			pos += int64(cnt)
 		}
-		pos += int64(cnt)
 	}
-	if o.mf != nil {
+	if o.mf != nil && err == nil {
 		// Passthrough readers read the memory file: the whole blocks just
 		// dropped must read as zeros there too (the edges were zeroed
 		// through G2 above). One punch for the whole run of them.
@@ -744,9 +752,7 @@ func (s *Store) Discard(ctx context.Context, id ObjectID, off, length int64) err
 		}
 		o.mf.punchData(lo, hi-lo)
 	}
-	if err == nil {
-		s.scheduleClean(o)
-	}
+	s.scheduleClean(o) // recorded clean again even when nothing changed (markMetaDirty ran)
 	o.mu.Unlock()
 	if err != nil && (errors.Is(err, tier.ErrNotFound) || errors.Is(err, tier.ErrCorrupt)) {
 		s.lose(id, err)
