@@ -357,3 +357,90 @@ func TestE2EHungG3RewriteAndStop(t *testing.T) {
 		t.Fatalf("r0 after a restart: %v, %d bytes, the rewrite %v, the old version %v", err, len(got), bytes.Equal(got, v2), bytes.Equal(got, v1))
 	}
 }
+
+// TestE2EHungG3Truncate: truncates while G3's device hangs (a breaker's
+// finding). A truncate to 1 byte of a file whose blocks only G3 holds
+// must zero the tail of its first block, which it cannot read: it fails
+// with EIO and changes nothing (before, it freed the other blocks first:
+// the file kept its size and read zeros where they were, also after a
+// restart). A truncate of a file held in DRAM to a whole block fsyncs at
+// once (before: 30 s, then EIO). After a restart with the device back,
+// each file reads as its last successful change left it.
+func TestE2EHungG3Truncate(t *testing.T) {
+	dev, d := startOnFreezableG3(t, harness.Options{DRAM: "32MiB", G3Size: "48MiB",
+		Extra: []string{"--g3-segment-size", "4MiB", "--local-write-timeout", "500ms", "--local-read-timeout", "500ms"}})
+	ns := d.Namespace()
+	const size = 1 << 20
+	cold, warm := filepath.Join(ns, "cold"), filepath.Join(ns, "warm")
+	coldV, warmV := boundedPattern(910, size), boundedPattern(911, size)
+	for _, f := range []struct {
+		p string
+		v []byte
+	}{{cold, coldV}, {warm, warmV}} {
+		if err := os.WriteFile(f.p, f.v, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(d.Binary(), "evict", "--admin", d.Admin, cold).CombinedOutput(); err != nil {
+		t.Fatalf("evict %s: %v: %s", cold, err, out)
+	}
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
+		t.Fatalf("drop caches (root): %v", err)
+	}
+	dev.freeze(t)
+	within := func(what string, f func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			t.Logf("%s: %v after %v", what, err, time.Since(start).Round(time.Millisecond))
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s with G3 hung did not return within 20 s", what)
+			return nil
+		}
+	}
+	if err := within("truncate cold to 1 byte", func() error { return os.Truncate(cold, 1) }); err == nil {
+		t.Log("the truncate succeeded (its first block was readable after all)")
+		coldV = coldV[:1]
+	}
+	warmBS := int64(256 << 10) // the default block size: a whole block, no tail to read
+	err := within("truncate warm to a block and fsync", func() error {
+		f, err := os.OpenFile(warm, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Truncate(warmBS); err != nil {
+			return err
+		}
+		return f.Sync()
+	})
+	if err != nil {
+		t.Fatalf("truncate and fsync of a file in DRAM with G3 hung: %v", err)
+	}
+	warmV = warmV[:warmBS]
+	dev.resume(t)
+	check := func(when string) {
+		t.Helper()
+		for _, f := range []struct {
+			p string
+			v []byte
+		}{{cold, coldV}, {warm, warmV}} {
+			var got []byte
+			testenv.Eventually(t, 30*time.Second, func() bool {
+				var err error
+				got, err = os.ReadFile(f.p)
+				return err == nil
+			}, "%s: %s readable", when, f.p)
+			if !bytes.Equal(got, f.v) {
+				t.Fatalf("%s: %s reads %d bytes, not its last successful change (%d bytes)", when, filepath.Base(f.p), len(got), len(f.v))
+			}
+		}
+	}
+	check("device back")
+	d.Restart()
+	check("after a restart")
+}
