@@ -461,9 +461,11 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 // Config.LocalWriteTimeout when t is local (a tombstone is a pwrite):
 // past it, tier.ErrUnavailable, counted in Stats.LocalWritesAbandoned
 // (the caller retries as for any failed delete). A local tier that is
-// down or bypassed is not asked (tier.ErrUnavailable at once, nothing
-// left behind in its device), and the outcome of a delete it was asked
-// tells its health, as any call's does.
+// down or bypassed is not asked (tier.ErrUnavailable with
+// health.ErrRefused at once, nothing left behind in its device). A
+// delete's outcome does not feed the tier's health: GC's failing deletes
+// must not take down a tier whose reads and puts work (its readers would
+// get EIO).
 func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
 	if !s.isLocal(t) {
 		return t.Delete(ctx, k)
@@ -482,9 +484,8 @@ func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
 	if late.Load() > 0 {
 		return fmt.Errorf("%s delete %v: an earlier delete has not returned (a hung device?): %w", t.Name(), k, tier.ErrUnavailable)
 	}
-	h := s.health[ti]
-	if err := h.Admit(health.PutLast); err != nil { // refused when down or bypassed, not when full
-		return fmt.Errorf("%s delete %v: %w", t.Name(), k, err)
+	if s.health[ti].Refusing(health.PutLast) { // down or bypassed, not full
+		return fmt.Errorf("%s delete %v: tier %s: %w: %w", t.Name(), k, s.health[ti].State(), health.ErrRefused, tier.ErrUnavailable)
 	}
 	var err error
 	if !s.bounded(ti, s.cfg.LocalWriteTimeout, func() { err = t.Delete(ctx, k) },
@@ -492,7 +493,6 @@ func (s *Store) deleteFrom(ctx context.Context, t tier.Tier, k tier.Key) error {
 		s.c.writesAbandoned.Add(1)
 		err = fmt.Errorf("%s delete %v: no answer within %v (a hung device?): %w", t.Name(), k, s.cfg.LocalWriteTimeout, tier.ErrUnavailable)
 	}
-	h.Observe(health.Get, err)
 	return err
 }
 

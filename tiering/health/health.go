@@ -1,9 +1,10 @@
 // Package health is the state machine the tiering core keeps for each
 // tier below G2 (G3, G3.5, G4): it is fed the outcome of the puts and gets
 // of the data path (write-back, eviction, sink, share, promotion), of
-// fsck's reads and of a local tier's deletes and syncs (gc lists the
-// tiers, and deletes from G4, directly, with its own timeouts), and it
-// decides whether the next one is tried at all.
+// fsck's reads and of a local tier's syncs (gc lists and deletes
+// directly, with its own timeouts, and sends no delete to a local tier
+// the machine refuses), and it decides whether the next one is tried at
+// all.
 //
 // A tier is in one of four states:
 //
