@@ -474,7 +474,7 @@ func (f *fscker) check(ctx context.Context, it fsckItem, buf []byte) (abandoned 
 	err := h.Admit(health.Get)
 	refused := err != nil
 	if !refused {
-		n, abandoned, err = f.read(ctx, t, k, buf)
+		n, abandoned, err = f.read(ctx, it.ti, t, k, buf)
 		if err != nil && ctx.Err() != nil {
 			h.Observe(health.Get, context.Canceled) // the check ended, not the tier
 		} else {
@@ -591,36 +591,30 @@ func (s *Store) copiesOf(b *blockState, t tier.Tier) []string {
 // read reads t's copy of k into buf in full, bounded by ReadTimeout (for
 // a local tier, by Config.LocalReadTimeout when that is shorter, as every
 // other read of it is) even for a tier whose Get ignores its context (a
-// local disk that hangs): the read then runs on in its goroutine with
-// buf, and abandoned is set.
-func (f *fscker) read(ctx context.Context, t tier.Tier, k tier.Key, buf []byte) (n int, abandoned bool, err error) {
+// local disk that hangs), or when ctx ends: the read then runs on in its
+// goroutine with buf, abandoned is set, and the read counts as late for
+// tier ti until it returns (Store.boundedUntil, BlockedIn).
+func (f *fscker) read(ctx context.Context, ti int, t tier.Tier, k tier.Key, buf []byte) (n int, abandoned bool, err error) {
 	d := f.o.ReadTimeout
 	if f.s.isLocal(t) && f.s.cfg.LocalReadTimeout > 0 {
 		d = min(d, f.s.cfg.LocalReadTimeout)
 	}
 	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	type result struct {
-		n   int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		n, err := t.Get(rctx, k, buf, 0)
-		ch <- result{n, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil && ctx.Err() == nil && errors.Is(r.err, context.DeadlineExceeded) {
-			r.err = fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, d, r.err)
-		}
-		return r.n, false, r.err
-	case <-rctx.Done():
+	// Store.boundedUntil: a read given up is counted as late until it
+	// returns (Store.BlockedIn), as the data path's are.
+	var gn int // the call's own results: written late by an abandoned read
+	var gerr error
+	if !f.s.boundedUntil(ti, ctx.Done(), d, func() { gn, gerr = t.Get(rctx, k, buf, 0) }, func() {}, cancel) {
 		if ctx.Err() != nil {
 			return 0, true, ctx.Err()
 		}
 		return 0, true, fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, d, tier.ErrUnavailable)
 	}
+	cancel()
+	if gerr != nil && ctx.Err() == nil && errors.Is(gerr, context.DeadlineExceeded) {
+		gerr = fmt.Errorf("%s get %v: no answer within %v: %w", t.Name(), k, d, gerr)
+	}
+	return gn, false, gerr
 }
 
 // record counts one checked copy (n good bytes, or bad; refused: its read

@@ -642,4 +642,11 @@ func TestFsckLocalReadTimeout(t *testing.T) {
 	if g3r := fsckTier(t, rep, tiering.TierG3); g3r.Unreadable == 0 || g3r.Dropped != 0 {
 		t.Fatalf("fsck of a hung G3: %+v; want its copies unreadable, none dropped", g3r)
 	}
+	// The reads it gave up on are still in the device: a stop must not
+	// close G3 under them.
+	if !fs.store.BlockedIn(tiering.TierG3) {
+		t.Fatal("BlockedIn(G3) is false with fsck's reads still in the hung device")
+	}
+	stall.Release()
+	testenv.Eventually(t, 10*time.Second, func() bool { return !fs.store.BlockedIn(tiering.TierG3) }, "fsck's late reads returning")
 }

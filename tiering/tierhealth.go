@@ -123,6 +123,12 @@ const (
 // would otherwise hold its caller (and the object lock or busy span it
 // holds) for as long as the device is hung.
 func bounded(d time.Duration, call, abandon, late func()) bool {
+	return boundedUntil(nil, d, call, abandon, late)
+}
+
+// boundedUntil is bounded that also gives up when stop is closed (nil:
+// never), as it does at d.
+func boundedUntil(stop <-chan struct{}, d time.Duration, call, abandon, late func()) bool {
 	var state atomic.Int32
 	done := make(chan struct{})
 	handedOver := make(chan struct{})
@@ -140,15 +146,16 @@ func bounded(d time.Duration, call, abandon, late func()) bool {
 	select {
 	case <-done:
 		return true
+	case <-stop:
 	case <-timer.C:
-		if state.CompareAndSwap(boundedWaiting, boundedAbandoned) {
-			abandon()
-			close(handedOver)
-			return false
-		}
-		<-done // it answered just in time
-		return true
 	}
+	if state.CompareAndSwap(boundedWaiting, boundedAbandoned) {
+		abandon()
+		close(handedOver)
+		return false
+	}
+	<-done // it answered just in time
+	return true
 }
 
 // bounded is the package's bounded for a call into local tier ti (tiG3,
@@ -156,7 +163,12 @@ func bounded(d time.Duration, call, abandon, late func()) bool {
 // returns: while one is out, closing that tier would wait for it
 // (Store.BlockedIn).
 func (s *Store) bounded(ti int, d time.Duration, call, abandon, late func()) bool {
-	return bounded(d, call, func() { s.lateIO[ti].Add(1); abandon() }, func() { defer s.lateIO[ti].Add(-1); late() })
+	return s.boundedUntil(ti, nil, d, call, abandon, late)
+}
+
+// boundedUntil is Store.bounded that also gives up when stop is closed.
+func (s *Store) boundedUntil(ti int, stop <-chan struct{}, d time.Duration, call, abandon, late func()) bool {
+	return boundedUntil(stop, d, call, func() { s.lateIO[ti].Add(1); abandon() }, func() { defer s.lateIO[ti].Add(-1); late() })
 }
 
 // BlockedIn reports whether a call into tier name (TierG3, TierG35) that
