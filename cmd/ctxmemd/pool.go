@@ -55,7 +55,11 @@ func (d *daemon) openPool(ctx context.Context) error {
 		return withCode(exitUsage, errors.New("pool: no device: set pool, or pool_targets that expose a namespace"))
 	}
 	d.log.Info("opening G3.5 pool", "path", ps.path, "timeout", cfg.LocalReadTimeout)
-	p, err := openPoolBounded(ctx, ps.path, cfg.LocalReadTimeout)
+	open := d.poolOpen
+	if open == nil {
+		open = func(path string) (*pool.Pool, error) { return pool.Open(path, pool.OpenOptions{}) }
+	}
+	p, err := openPoolBounded(ctx, ps.path, cfg.LocalReadTimeout, open)
 	if errors.Is(err, errPoolNoAnswer) {
 		d.log.Error("G3.5 pool does not answer: not starting", "path", ps.path, "timeout", cfg.LocalReadTimeout, "err", err)
 		return withCode(exitFailure, err) // systemd's Restart= tries again
@@ -97,14 +101,11 @@ func (d *daemon) openPool(ctx context.Context) error {
 	return nil
 }
 
-// poolOpen opens a pool device (pool.Open; a test replaces it).
-var poolOpen = func(path string) (*pool.Pool, error) { return pool.Open(path, pool.OpenOptions{}) }
-
 // errPoolNoAnswer marks openPoolBounded's error for a pool device that
 // did not answer in time.
 var errPoolNoAnswer = errors.New("the pool device does not answer (a hung device?)")
 
-// openPoolBounded opens the pool at path, giving up after d (the
+// openPoolBounded opens the pool at path with open, giving up after d (the
 // configured local_read_timeout): opening it is an open(2) and a pread of
 // its superblock, which no context interrupts, and a daemon whose pool
 // device hangs (a dead NVMe-oF path, a frozen filesystem) waited for it
@@ -112,13 +113,12 @@ var errPoolNoAnswer = errors.New("the pool device does not answer (a hung device
 // goroutine; past d (or when ctx ends) it is left to finish there, and a
 // pool it opens late is closed. The error past d wraps errPoolNoAnswer
 // and names the path and the bound.
-func openPoolBounded(ctx context.Context, path string, d time.Duration) (*pool.Pool, error) {
+func openPoolBounded(ctx context.Context, path string, d time.Duration, open func(string) (*pool.Pool, error)) (*pool.Pool, error) {
 	type result struct {
 		p   *pool.Pool
 		err error
 	}
 	ch := make(chan result, 1)
-	open := poolOpen
 	go func() { // owned by this call, or by the closer below once given up
 		p, err := open(path)
 		ch <- result{p, err}

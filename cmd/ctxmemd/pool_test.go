@@ -22,12 +22,10 @@ import (
 func TestOpenPoolHungDevice(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	old := poolOpen
-	poolOpen = func(string) (*pool.Pool, error) { <-release; return nil, errors.New("answered late") }
-	defer func() { poolOpen = old }()
+	hung := func(string) (*pool.Pool, error) { <-release; return nil, errors.New("answered late") }
 	const timeout = 300 * time.Millisecond
 	var logs bytes.Buffer
-	d := &daemon{cfg: config.Config{Pool: "/dev/hung-pool", LocalReadTimeout: timeout}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	d := &daemon{cfg: config.Config{Pool: "/dev/hung-pool", LocalReadTimeout: timeout}, log: slog.New(slog.NewTextHandler(&logs, nil)), poolOpen: hung}
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- d.openPool(context.Background()) }()

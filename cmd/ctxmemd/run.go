@@ -23,6 +23,7 @@ import (
 	"github.com/ctxmem/ctxmemd/catalog"
 	"github.com/ctxmem/ctxmemd/config"
 	"github.com/ctxmem/ctxmemd/fabric"
+	"github.com/ctxmem/ctxmemd/fabric/pool"
 	"github.com/ctxmem/ctxmemd/fusefs"
 	"github.com/ctxmem/ctxmemd/metrics"
 	"github.com/ctxmem/ctxmemd/mrc"
@@ -42,6 +43,9 @@ type daemon struct {
 	cfg   config.Config
 	log   *slog.Logger
 	level *slog.LevelVar
+	// poolOpen opens the G3.5 pool device (nil: pool.Open; a test passes a
+	// device that never answers).
+	poolOpen func(path string) (*pool.Pool, error)
 	// metricsLn is the metrics listener, bound before the mount (nil
 	// when metrics are off); adminLn the admin socket, likewise.
 	metricsLn, adminLn net.Listener
