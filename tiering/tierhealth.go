@@ -440,13 +440,13 @@ func (s *Store) putBounded(ctx context.Context, ti int, t tier.Tier, k tier.Key,
 		copy(buf, data)
 	}
 	var perr error
-	held := 0 // dirty bytes the late put keeps from write-back: a device-class block's, or any without G4 (fencedBlockLocked)
-	if ti == tiG3 && (s.g4 == nil || s.deviceKey(k)) {
-		held = len(data)
-	}
+	held := 0 // dirty bytes the late put keeps from write-back; set past the deadline only (deviceKey takes s.mu)
 	if !s.bounded(ti, s.cfg.LocalWriteTimeout,
 		func() { perr = t.Put(ctx, k, buf) },
 		func() {
+			if ti == tiG3 && (s.g4 == nil || s.deviceKey(k)) { // fenced from every tier (fencedBlockLocked)
+				held = len(data)
+			}
 			s.late.add(ti, k, held)
 			if owned != nil {
 				*owned = nil // the late put has it now
